@@ -12,7 +12,7 @@ Two cases, each system in its own subprocess (so peak RSS is its own):
 Matched: model, questions per step (ragrl's data order is written out and TRL reads it
 unshuffled), group size, token budgets, F1 reward, LoRA (r, alpha, targets), lr, clip range
 (0.2/0.28), token-mean loss (TRL "dapo"), no KL, one optimizer step per rollout, micro batches
-of 4, CPU fp32, the same torch thread count. TRL's gradient checkpointing is turned off
+of 4, CPU, the same base dtype (--dtype) and torch thread count. TRL's gradient checkpointing is turned off
 (its default is on, which would only slow it down here).
 Timed per optimizer step, after `--warmup` steps: rollout + reward + update (TRL: from
 on_step_begin to on_step_end). tokens/s = policy-generated tokens / step time.
@@ -54,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N layers only (both systems); 0: all")
     p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="base model weights, both systems (LoRA adapters stay float32 in both)")
     p.add_argument("--topk", type=int, default=2)
     # 1 thread: on a shared, oversubscribed CPU OpenMP's spinning barriers make 2+ threads slower
     p.add_argument("--threads", type=int, default=1)
@@ -114,7 +116,8 @@ def run_ragrl(args, case) -> dict:
             steps=args.warmup + args.steps, questions_per_step=args.questions, lr=args.lr, save_every=10**6,
             eval_every=0, reward={"f1": 1.0},
             model=ModelConfig(name=args.model, lora=True, lora_r=args.lora_r, lora_alpha=2 * args.lora_r,
-                              lora_targets=list(LORA_TARGETS), lora_layers=args.lora_layers or None),
+                              lora_targets=list(LORA_TARGETS), lora_layers=args.lora_layers or None,
+                              dtype=args.dtype),
             data=DataConfig(train=str(qfile)),
             algo=AlgoConfig(estimator="grpo", clip_low=0.2, clip_high=0.28, loss_agg="token_mean", kl_coef=0.0,
                             minibatch_size=args.questions * args.n, micro_batch_size=args.micro_batch),
@@ -231,7 +234,7 @@ def run_trl(args, case) -> dict:
     protocol, rcfg = get_protocol("search_r1"), rollout_config(args, case)
     path = resolve_policy(args.model)
     tok = load_tokenizer(str(path))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, args.dtype))
     rows = [{"prompt": protocol.messages(q["question"]), "answers": q["answers"], "qid": q["id"]}
             for qs in order for q in qs]
     counter, seen, rewards, step_s, tokens, generate_s = [0], [], [], [], [], []
@@ -314,7 +317,7 @@ def spawn(args, system: str, case: str) -> dict:
         cmd = [sys.executable, __file__, "--worker", system, "--case", case, "--result", str(result),
                "--model", args.model, "--questions", str(args.questions), "--n", str(args.n),
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--lr", str(args.lr),
-               "--lora-r", str(args.lora_r), "--lora-layers", str(args.lora_layers), "--micro-batch", str(args.micro_batch), "--topk", str(args.topk),
+               "--lora-r", str(args.lora_r), "--lora-layers", str(args.lora_layers), "--micro-batch", str(args.micro_batch), "--dtype", args.dtype, "--topk", str(args.topk),
                "--threads", str(args.threads), "--seed", str(args.seed)]
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
                "TOKENIZERS_PARALLELISM": "false"}
@@ -372,12 +375,14 @@ def main() -> None:
                     "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                     "peft": peft.__version__},
         "notes": [
-            "CPU fp32, torch threads = config.threads for both; the machine is shared, so compare ratios.",
+            "CPU, base weights in config.dtype for both (LoRA adapters float32 in both); torch threads = "
+            "config.threads for both; the machine is shared, so compare ratios.",
             "single_turn: ragrl stops a turn at a protocol stop string (</search>, </answer>) or EOS; TRL's "
             "normal path has no stop strings (its generate call gets no tokenizer) and runs to EOS or the budget.",
-            "multi_turn TRL: rollout_func re-prefills the whole episode each turn with model.generate, as ragrl's "
-            "engine does; TRL computes the LM head on every completion token (observations included) in the "
-            "update, ragrl only on action tokens.",
+            "multi_turn TRL: rollout_func re-prefills the whole episode each turn with model.generate; ragrl's "
+            "engine keeps each row's KV from the previous turn and prefills only the new observation tokens. "
+            "TRL computes the LM head on every completion token (observations included) in the update, ragrl "
+            "only on action tokens.",
             "TRL gradient_checkpointing=False (its default True would recompute activations).",
         ],
         "cases": {},

@@ -187,3 +187,62 @@ def test_smollm2_batch_matches_single_and_rescoring(smollm2_engine):
             torch.testing.assert_close(torch.tensor(gen.logprobs),
                                        torch.tensor(rescore(smollm2_engine.model, prompt, gen.token_ids)),
                                        atol=1e-4, rtol=0)
+
+
+def test_prefix_caching_continues_earlier_turns_exactly_and_prefills_less(tiny, prompts):
+    """Turn 2 prompts extend turn 1's sequences (plus new 'observation' tokens, of different
+    lengths per row): with the cache they prefill only the new tokens, and sample the same ids
+    with the same log-probs (== a plain forward rescoring) as without it."""
+    obs = [tiny.tokenizer(t)["input_ids"] for t in [" Observation: Paris.", " Nothing found here at all.", " 42"]]
+    params = [SamplingParams(max_new_tokens=m, temperature=t, n=1, seed=5) for m, t in [(6, 0), (11, 1.0), (8, 0.8)]]
+
+    def two_turns():
+        first = tiny.generate(prompts, params)
+        second_prompts = [p + g[0].token_ids + o for p, g, o in zip(prompts, first, obs)]
+        before = tiny.prefill_tokens
+        second = tiny.generate(second_prompts, params)
+        return second_prompts, second, tiny.prefill_tokens - before
+
+    plain_prompts, plain, plain_prefill = two_turns()
+    with tiny.prefix_caching() as engine:
+        cached_prompts, cached, cached_prefill = two_turns()
+        assert engine._store.hits == len(prompts)
+    assert tiny._store is None  # emptied and detached on exit
+    assert cached_prompts == plain_prompts
+    # only the last sampled token of turn 1 (never fed to the model) and the observation are new
+    assert cached_prefill == sum(1 + len(o) for o in obs) < plain_prefill
+    for prompt, (a,), (b,) in zip(plain_prompts, plain, cached):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(rescore(tiny.model, prompt, b.token_ids)),
+                                   atol=1e-4, rtol=0)
+
+
+def test_prefix_cache_is_not_used_for_unrelated_prompts(tiny, prompts):
+    with tiny.prefix_caching() as engine:
+        tiny.generate(prompts[:1], GREEDY)
+        before = tiny.prefill_tokens
+        (gen,), = tiny.generate(prompts[1:2], GREEDY)   # does not extend the stored sequence
+        assert engine._store.hits == 0 and tiny.prefill_tokens - before == len(prompts[1])
+    assert gen.token_ids == tiny.generate(prompts[1:2], GREEDY)[0][0].token_ids
+
+
+def test_growing_cache_appends_in_place_and_matches_concatenation():
+    from transformers import DynamicCache
+
+    from ragrl.rollout.kv_cache import new_cache
+
+    g = torch.Generator().manual_seed(0)
+    grow, ref = new_cache(), DynamicCache()
+    chunks = [torch.randn(2, 3, t, 4, generator=g) for t in (5, 1, 1, 70, 1)]
+    ptrs = []
+    for i, c in enumerate(chunks):
+        k, v = grow.update(c, -c, 0)
+        rk, rv = ref.update(c, -c, 0)
+        assert torch.equal(k, rk) and torch.equal(v, rv)
+        ptrs.append(k.data_ptr())
+        if i == 2:  # dropping a row replaces the tensors; the next append must still be right
+            grow.batch_select_indices(torch.tensor([1, 0]))
+            ref.batch_select_indices(torch.tensor([1, 0]))
+    assert ptrs[1] == ptrs[0]          # the one-token append wrote into the same buffer
+    assert grow.get_seq_length() == ref.get_seq_length() == 78

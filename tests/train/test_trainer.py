@@ -176,3 +176,37 @@ def test_step_questions_cover_every_question_once_per_epoch(n_questions, per_ste
     assert drawn[:per_step] == step_questions(n_questions, 0, per_step, seed=3)       # deterministic
     other = [i for s in range(steps) for i in step_questions(n_questions, s, per_step, seed=4)]
     assert other != drawn or n_questions < 3
+
+
+def test_bfloat16_base_keeps_float32_adapters_log_probs_and_learns(tiny_model_dir):
+    """model.dtype=bfloat16: the frozen base is bf16 (fast on AMX / GPUs), but what is trained
+    and what PPO compares stays float32, and an update still lowers the loss."""
+    seed_everything(0)
+    model, _, _ = build_policy(ModelConfig(name=str(tiny_model_dir), lora=True, lora_r=8, lora_alpha=16,
+                                           dtype="bfloat16"))
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad}
+    trained = {p.dtype for p in model.parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16} and trained == {torch.float32}
+    batch = synthetic_batch(model)
+    assert batch.old_logprobs.dtype == torch.float32
+    cfg = AlgoConfig(estimator="grpo", minibatch_size=8, micro_batch_size=2)
+    prep = prepare(model, None, batch, cfg, 0.0, cfg.micro_batch_size)
+    before, _ = losses_on(model, None, prep, cfg)
+    stats = one_update(model, None, prep, cfg, lr=1e-2)
+    after, _ = losses_on(model, None, prep, cfg)
+    assert stats["grad_norm"] > 0 and after < before - 1e-3, (before, after)
+
+
+def test_unknown_dtype_is_a_config_error(tiny_model_dir):
+    from ragrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.dtype"):
+        build_policy(ModelConfig(name=str(tiny_model_dir), dtype="fp8"))
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_hardware_has_it():
+    from ragrl.train.policy import _cpu_has_native_bf16, torch_dtype
+
+    native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else _cpu_has_native_bf16()
+    assert torch_dtype("auto") == (torch.bfloat16 if native else torch.float32)
+    assert torch_dtype("float32") == torch.float32 and torch_dtype("bfloat16") == torch.bfloat16

@@ -15,6 +15,8 @@ retriever interfaces.
 """
 from __future__ import annotations
 
+import contextlib
+
 import time
 from dataclasses import dataclass, field, replace
 
@@ -123,22 +125,26 @@ def run_episodes(
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
             )))
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
-    for turn_idx in range(cfg.max_turns):
-        active = [st for st in states if not st.done]
-        if not active:
-            break
-        params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings) for st in active]
-        t0 = time.perf_counter()
-        gens = engine.generate([st.traj.token_ids for st in active], params)
-        stats["generate_s"] += time.perf_counter() - t0
-        for st, g in zip(active, gens):
-            _apply_action(st, g[0], protocol, tok, cfg, last_turn=turn_idx == cfg.max_turns - 1)
-            stats["gen_tokens"] += len(g[0].token_ids)
-        searching = [st for st in active if st.pending_queries]
-        if searching:
+    # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
+    # (valid for this call only: the weights do not change inside one rollout).
+    caching = getattr(engine, "prefix_caching", None)
+    with caching() if caching is not None else contextlib.nullcontext():
+        for turn_idx in range(cfg.max_turns):
+            active = [st for st in states if not st.done]
+            if not active:
+                break
+            params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings) for st in active]
             t0 = time.perf_counter()
-            _retrieve_and_observe(searching, protocol, retriever, tok, cfg)
-            stats["retrieval_s"] += time.perf_counter() - t0
+            gens = engine.generate([st.traj.token_ids for st in active], params)
+            stats["generate_s"] += time.perf_counter() - t0
+            for st, g in zip(active, gens):
+                _apply_action(st, g[0], protocol, tok, cfg, last_turn=turn_idx == cfg.max_turns - 1)
+                stats["gen_tokens"] += len(g[0].token_ids)
+            searching = [st for st in active if st.pending_queries]
+            if searching:
+                t0 = time.perf_counter()
+                _retrieve_and_observe(searching, protocol, retriever, tok, cfg)
+                stats["retrieval_s"] += time.perf_counter() - t0
     for st in states:
         if not st.done:
             st.done, st.traj.stop_reason = True, "max_turns"

@@ -21,6 +21,7 @@ the new weights.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ import torch
 
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.rollout.engine import Generation, SamplingParams
+from ragrl.rollout.kv_cache import PrefixStore, batch_from_entries, new_cache
 
 
 class HFEngine:
@@ -51,6 +53,25 @@ class HFEngine:
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else _default_eos(model, tokenizer)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+        self._store: PrefixStore | None = None
+        #: prompt tokens actually run through the model (not taken from a cache); for benchmarks
+        self.prefill_tokens = 0
+
+    @contextlib.contextmanager
+    def prefix_caching(self, max_tokens: int = 262_144):
+        """Reuse the KV of earlier generations whose tokens a new prompt extends (multi-turn).
+
+        Only valid while the weights stay fixed: the store is emptied on exit, so wrap exactly one
+        rollout (all its turns) and never an optimizer step.
+        """
+        outer = self._store
+        self._store = outer or PrefixStore(max_tokens)
+        try:
+            yield self
+        finally:
+            if outer is None:
+                self._store.clear()
+            self._store = outer
 
     @classmethod
     def from_name(cls, name: str, *, dtype=torch.float32, device="cpu", **kwargs) -> "HFEngine":
@@ -103,31 +124,42 @@ class HFEngine:
             [shared prefix P][pad][suffix_k]   attention mask 1, 0, 1
         with positions P + (0..len(suffix_k)-1), so every row sees exactly the positions and
         context it would alone (the pad columns are masked out of attention).
-        """
-        from transformers import DynamicCache
 
-        P = _shared_prefix_len([r.prompt for r in rows]) if len(rows) > 1 else 0
-        P = P if P >= self.min_shared_prefix else 0
-        cache = DynamicCache()
+        Inside `prefix_caching()`, when every row extends a sequence stored by an earlier call
+        (the next turn of an episode), the rows' stored KV is the prefix instead, left-padded:
+            [pad][stored_k][pad][new tokens_k]
+        """
+        store = self._store
+        hits = [store.longest_prefix(r.prompt) for r in rows] if store is not None else []
         B = len(rows)
-        if P:
-            prefix = torch.tensor([rows[0].prompt[:P]], device=self.device)
-            self.model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
-                       position_ids=torch.arange(P, device=self.device)[None], past_key_values=cache,
-                       use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(B)
-        suffixes = [r.prompt[P:] for r in rows]
+        if hits and all(entry is not None for _, entry in hits):
+            # Every row extends a sequence this rollout already ran: prefill only the new tokens.
+            starts = [n for n, _ in hits]
+            cache, past_mask = batch_from_entries([e for _, e in hits], starts, self.device)
+        else:
+            P = _shared_prefix_len([r.prompt for r in rows]) if len(rows) > 1 else 0
+            P = P if P >= self.min_shared_prefix else 0
+            cache, starts = new_cache(), [P] * B
+            past_mask = torch.ones((B, P), dtype=torch.long, device=self.device)
+            if P:
+                prefix = torch.tensor([rows[0].prompt[:P]], device=self.device)
+                self.model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                           position_ids=torch.arange(P, device=self.device)[None], past_key_values=cache,
+                           use_cache=True, logits_to_keep=1)
+                cache.batch_repeat_interleave(B)
+                self.prefill_tokens += P
+        suffixes = [r.prompt[n:] for r, n in zip(rows, starts)]
+        self.prefill_tokens += sum(len(x) for x in suffixes)
         S = max(len(x) for x in suffixes)
         input_ids = torch.full((B, S), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((B, P + S), dtype=torch.long)
-        attention_mask[:, :P] = 1
+        suffix_mask = torch.zeros((B, S), dtype=torch.long)
         position_ids = torch.zeros((B, S), dtype=torch.long)
-        for k, suf in enumerate(suffixes):
+        for k, (suf, n) in enumerate(zip(suffixes, starts)):
             input_ids[k, S - len(suf):] = torch.tensor(suf)
-            attention_mask[k, P + S - len(suf):] = 1
-            position_ids[k, S - len(suf):] = torch.arange(P, P + len(suf))
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        position_ids = position_ids.to(self.device)
+            suffix_mask[k, S - len(suf):] = 1
+            position_ids[k, S - len(suf):] = torch.arange(n, n + len(suf))
+        attention_mask = torch.cat([past_mask, suffix_mask.to(self.device)], dim=1)
+        input_ids, position_ids = input_ids.to(self.device), position_ids.to(self.device)
         logits = self._last_logits(input_ids, attention_mask, position_ids, cache)
         next_position = torch.tensor([[len(r.prompt)] for r in rows], device=self.device)
         active = rows
@@ -135,6 +167,10 @@ class HFEngine:
             tokens, logprobs = self._sample(logits, active)
             steps = zip(active, tokens.tolist(), logprobs.tolist())
             keep = [k for k, (row, token, logprob) in enumerate(steps) if not row.append(token, logprob, self)]
+            if store is not None:  # keep finished rows' KV for the next turn, before they are dropped
+                for k in sorted(set(range(len(active))) - set(keep)):
+                    store.put(active[k].prompt + active[k].token_ids[:-1], cache, k,
+                              attention_mask[k].nonzero()[:, 0])
             if not keep:
                 return
             if len(keep) < len(active):  # drop finished rows from the batch and the KV cache

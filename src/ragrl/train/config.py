@@ -21,6 +21,9 @@ class ModelConfig:
                                                              "gate_proj", "up_proj", "down_proj"])
     lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
     engine: str = "hf"                    # hf | vllm | auto
+    # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
+    # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
+    dtype: str = "float32"                # float32 | bfloat16 | float16 | auto (bf16 where native)
     max_batch_size: int = 64              # generation rows at once
 
 
