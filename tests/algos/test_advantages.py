@@ -191,3 +191,34 @@ def test_registry_uniform_signature():
         compute_advantages("gae", scores=scores, mask=mask)
     with pytest.raises(AlgoInputError, match="needs group_ids"):
         compute_advantages("rloo", scores=scores, mask=mask)
+
+
+def test_whitening_with_a_cross_rank_reduce_equals_whitening_the_whole_batch():
+    """Two 'ranks' each hold half the rows; with `reduce` summing their [count, sum, sum of
+    squares], each half is whitened exactly as the rows are within the full batch (GAE and
+    REINFORCE++ whiten over the batch, so per-rank statistics would give a different step)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, generator=g) * 3 + 1
+    mask = (torch.rand(6, 5, generator=g) > 0.3).float()
+    full = masked_whiten(x, mask)
+
+    def local_stats(rows):
+        xs = x[rows].double()[mask[rows].bool()]
+        return torch.stack([xs.new_tensor(float(xs.numel())), xs.sum(), (xs * xs).sum()])
+
+    halves = [slice(0, 2), slice(2, 6)]          # unequal token counts
+    for mine, other in (halves, halves[::-1]):
+        got = masked_whiten(x[mine], mask[mine], reduce=lambda s, o=other: s + local_stats(o))
+        torch.testing.assert_close(got, full[mine], atol=1e-5, rtol=0)
+        assert not torch.allclose(masked_whiten(x[mine], mask[mine]), full[mine], atol=1e-3)  # per-rank differs
+    # the estimators pass it through
+    rewards = place_outcome_reward(torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.3]), mask)
+    adv_full, _ = reinforce_pp(rewards, mask)
+    adv_half, _ = reinforce_pp(rewards[:2], mask[:2], reduce=lambda s: s + _returns_stats(rewards[2:], mask[2:]))
+    torch.testing.assert_close(adv_half, adv_full[:2], atol=1e-5, rtol=0)
+
+
+def _returns_stats(rewards, mask):
+    _, returns = reinforce_pp(rewards, mask)
+    xs = returns.double()[mask.bool()]
+    return torch.stack([xs.new_tensor(float(xs.numel())), xs.sum(), (xs * xs).sum()])

@@ -109,7 +109,8 @@ def _discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float)
 
 @torch.no_grad()
 def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-        gamma: float = 1.0, lam: float = 1.0, whiten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        gamma: float = 1.0, lam: float = 1.0, whiten: bool = True,
+        reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over ACTION tokens only (PPO with a critic).
 
     token_rewards, values, mask: [B, T] → (advantages [B, T], returns [B, T]).
@@ -149,7 +150,7 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
     advantages = torch.stack(out[::-1], dim=1)
     returns = torch.where(m, advantages + values, torch.zeros_like(values))
     if whiten:
-        advantages = masked_whiten(advantages, m)
+        advantages = masked_whiten(advantages, m, reduce=reduce)
     return advantages, returns
 
 
@@ -203,7 +204,7 @@ def rloo(scores: torch.Tensor, group_ids, mask: torch.Tensor) -> tuple[torch.Ten
 
 @torch.no_grad()
 def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
-                 group_ids=None) -> tuple[torch.Tensor, torch.Tensor]:
+                 group_ids=None, reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted returns over action tokens, whitened over the whole batch.
 
     token_rewards, mask [B, T] → (advantages [B, T], returns [B, T]).
@@ -212,7 +213,8 @@ def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
     its last action token, so with gamma=1 every token carries (outcome - group mean),
     where outcome = sum of the sequence's token rewards; a group of one sample uses
     its own outcome as baseline. Then advantages = whiten(returns) over every action
-    token in the batch (global, not per group: that is what makes it "++").
+    token in the batch (global, not per group: that is what makes it "++"); under several
+    processes `reduce` (see masked_whiten) makes "the batch" every rank's rows.
     """
     m = _check_mask(mask)
     check_same_shape(m, token_rewards=token_rewards)
@@ -226,7 +228,7 @@ def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
         shift = torch.where(has_action, baseline, torch.zeros_like(baseline))
         rewards = rewards.scatter_add(1, last[:, None], -shift[:, None])
     returns = _discounted_returns(rewards, m, gamma)
-    return masked_whiten(returns, m), returns
+    return masked_whiten(returns, m, reduce=reduce), returns
 
 
 __all__ = ["place_outcome_reward", "last_action_index", "group_index", "gae", "grpo", "rloo",

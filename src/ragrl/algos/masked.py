@@ -57,15 +57,26 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
-                  eps: float = 1e-8) -> torch.Tensor:
+                  eps: float = 1e-8, reduce=None) -> torch.Tensor:
     """(x - mean) / std over set positions; zero where mask is 0.
 
     With shift_mean=False only the scale changes (the mean is added back), which
     keeps the sign of e.g. returns while normalising their size.
     x, mask: [B, T] (any shape works) → same shape.
+    reduce: optional function summing a float64 tensor [count, sum, sum of squares] over
+    processes (e.g. an all-reduce), so that N ranks whiten with the statistics of the whole
+    batch, exactly as one process holding every row would.
     """
-    mean = masked_mean(x, mask)
-    var = masked_var(x, mask, unbiased=True)
+    if reduce is None:
+        mean = masked_mean(x, mask)
+        var = masked_var(x, mask, unbiased=True)
+    else:
+        m = mask.bool()
+        xs = x.detach().double()[m]
+        n, total, squares = reduce(torch.stack([xs.new_tensor(float(xs.numel())), xs.sum(), (xs * xs).sum()])).unbind()
+        mean64 = total / n.clamp(min=1)
+        var64 = ((squares - n * mean64 * mean64) / (n - 1).clamp(min=1)).clamp(min=0)
+        mean, var = mean64.to(x.dtype), var64.to(x.dtype)
     whitened = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         whitened = whitened + mean
