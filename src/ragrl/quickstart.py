@@ -101,7 +101,9 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
 
     rows = [("naive_rag", before["naive_rag"]), ("agent (untrained)", before[cfg.agent]),
             ("agent (SFT)", after_sft[cfg.agent]), ("agent (SFT + RL)", after_rl[cfg.agent])]
-    data = compare_report(out / "before_after", rows, baseline_label="naive_rag")
+    # The gain from RL alone is the paired difference of the trained agent and the SFT-only one.
+    data = compare_report(out / "before_after", rows, baseline_label="naive_rag",
+                          pairs=[("agent (SFT + RL)", "agent (SFT)")])
     line_plot(read_metrics(out / "rl"), ["reward_mean", "f1", "em", "searches", "format_error_rate"],
               out / "training_curves.png")
     console.rule("[bold]before / after (held-out questions)")

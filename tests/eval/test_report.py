@@ -102,6 +102,20 @@ def test_compare_report_paired_and_unpaired(tmp_path):
     assert all("per_question" not in row for row in json.loads((tmp_path / "compare.json").read_text())["rows"])
 
 
+def test_compare_report_extra_pairs_show_the_gain_of_one_stage(tmp_path):
+    sft = summarize(synthetic_system(0.2, seed=6), 1.0, per_question=True)
+    rl = summarize(synthetic_system(0.6, seed=7), 1.0, per_question=True)
+    naive = summarize(synthetic_system(0.3, seed=8), 1.0, per_question=True)
+    rows = [("naive_rag", naive), ("sft", sft), ("sft+rl", rl)]
+    data = compare_report(tmp_path / "c", rows, "naive_rag", pairs=[("sft+rl", "sft")])
+    gain = data["pairs"]["sft"]["sft+rl"]
+    assert gain["em"]["diff"] == pytest.approx(rl["em"]["mean"] - sft["em"]["mean"])
+    assert gain["em"]["ci_lo"] <= gain["em"]["diff"] <= gain["em"]["ci_hi"]
+    assert "## Differences vs `sft`" in (tmp_path / "c.md").read_text()
+    with pytest.raises(RagrlError, match="unknown row 'rl'"):
+        compare_report(tmp_path / "d", rows, "naive_rag", pairs=[("rl", "sft")])
+
+
 def test_bar_chart_png(tmp_path, results):
     path = bar_chart(results, tmp_path / "bars.png", figsize=(8, 4))
     with Image.open(path) as img:
