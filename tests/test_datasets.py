@@ -40,3 +40,23 @@ def test_invalid_utf8_and_empty_files_are_clear_errors(tmp_path):
         load_questions(path)
     with pytest.raises(RagrlError, match="question file not found"):
         load_questions(tmp_path / "missing.jsonl")
+
+
+def test_bundled_train_split_is_disjoint_from_the_held_out_questions():
+    """The demo train file gained R1-Searcher questions: none may be a held-out question, and the
+    added ones carry answer-bearing passages that exist in the bundled corpus."""
+    from ragrl.paths import DEMO_CORPUS
+    from ragrl.retrieval.corpus import load_corpus
+    from ragrl.rewards.qa import normalize_answer
+
+    train, held_out = load_questions("demo-train"), load_questions("demo-eval")
+    assert len(train) == 913 and len(held_out) == 300
+    assert not {normalize_answer(q["question"]) for q in train} & {normalize_answer(q["question"]) for q in held_out}
+    assert not {q["id"] for q in train} & {q["id"] for q in held_out}
+    corpus = load_corpus(DEMO_CORPUS)
+    added = [q for q in train if q.get("gold_source") == "bm25_answer_match"]
+    assert len(added) == 713
+    for q in added[:50]:
+        text = " ".join(normalize_answer(corpus.get(pid)["title"] + " " + corpus.get(pid)["text"])
+                        for pid in q["gold_passage_ids"])
+        assert any(normalize_answer(a) in text for a in q["answers"]), q["id"]

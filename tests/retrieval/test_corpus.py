@@ -42,8 +42,8 @@ def test_plain_and_gzip_load_the_same_passages(tmp_path):
 
 def test_bundled_demo_corpus_loads():
     corpus = load_corpus(DEMO_CORPUS)
-    assert len(corpus) == 5837
-    assert len(set(corpus.ids)) == 5837
+    assert len(corpus) == 8336
+    assert len(set(corpus.ids)) == 8336
     assert all(corpus.texts)
 
 

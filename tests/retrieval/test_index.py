@@ -249,7 +249,7 @@ def test_cli_build_and_search(corpus_file, tmp_path):
     demo = tmp_path / "demo_idx"  # no --corpus: the bundled demo corpus
     result = runner.invoke(app, ["index", "build", "--out", str(demo)])
     assert result.exit_code == 0, result.output
-    assert "indexed 5837 passages (bm25)" in result.output
+    assert "indexed 8336 passages (bm25)" in result.output
     assert load_index(demo, corpus=DEMO_CORPUS).manifest["corpus_file"] == "corpus.jsonl.gz"
 
 

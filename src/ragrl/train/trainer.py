@@ -218,6 +218,8 @@ class Trainer:
             "response_len": sum(len(t.response_ids) for t in trajs) / n,
             "format_error_rate": sum(t.format_errors > 0 for t in trajs) / n,
             "answered": sum(t.answer is not None for t in trajs) / n,
+            # Groups whose samples all scored the same: a group-relative estimator learns nothing there.
+            "flat_group_frac": flat_group_fraction(trajs),
             "lr": self.scheduler.get_last_lr()[0], "kl_coef": self.kl.value,
             "time/rollout_s": t_rollout, "time/generate_s": rstats["generate_s"],
             "time/retrieval_s": rstats["retrieval_s"], "time/reward_s": t_reward,
@@ -263,6 +265,19 @@ def default_retriever(cfg: TrainConfig):
     if cfg.data.index:
         return make_retriever(cfg.data.index)
     return make_retriever(str(cached_bm25_index(cfg.data.corpus)))
+
+
+def flat_group_fraction(trajs) -> float:
+    """Share of GRPO groups (trajectories with the same `group`) whose rewards are all equal.
+
+    >>> from types import SimpleNamespace as T
+    >>> flat_group_fraction([T(group=0, reward=1.0), T(group=0, reward=1.0), T(group=1, reward=0.0), T(group=1, reward=0.5)])
+    0.5
+    """
+    groups: dict[int, set[float]] = {}
+    for t in trajs:
+        groups.setdefault(t.group, set()).add(round(float(t.reward), 9))
+    return sum(len(v) == 1 for v in groups.values()) / max(len(groups), 1)
 
 
 def cached_bm25_index(corpus: str | None) -> Path:
