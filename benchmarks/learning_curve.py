@@ -30,6 +30,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from ragrl.eval.plots import line_plot
+    from ragrl.eval.stats import paired_diffs
     from ragrl.train.policy import build_policy
     from ragrl.train.recipe import load_train_config, sft_warm_start
     from ragrl.train.trainer import Trainer, default_retriever
@@ -50,15 +51,26 @@ def main() -> None:
     curve: list[dict] = []
     train_rows: list[dict] = []
 
+    per_question: dict[int, dict] = {}
+
     def record(step: int) -> None:
-        row = {"step": step, **trainer.evaluate()}
+        row = {"step": step, **trainer.evaluate(per_question=True)}
+        per_question[step] = row.pop("per_question")
+        # Paired bootstrap against the SFT-only start on the same questions: the gain from RL alone.
+        diff = paired_diffs(per_question[0], per_question[step]) if step else None
+        if diff:
+            row.update({f"{k}_vs_step0": diff[k]["diff"] for k in ("em", "f1", "cover_em")})
+            row.update({f"{k}_vs_step0_{b}": diff[k][f"ci_{b}"] for k in ("em", "f1", "cover_em") for b in ("lo", "hi")})
+            row["f1_vs_step0_p"] = diff["f1"].get("p_value")
         curve.append(row)
         print(json.dumps(row), flush=True)
         data = {"recipe": "search_r1_grpo", "variant": args.variant, "eval_n": args.eval_n,
                 "eval_file": cfg.data.eval, "train_file": cfg.data.train, "sft_seconds": sft_s,
                 "questions_per_step": cfg.questions_per_step, "group_size": cfg.rollout.n,
                 "curve": curve, "train": train_rows,
-                "note": "eval = greedy decoding on held-out questions; CIs are 95% percentile bootstrap"}
+                "per_question": {str(k): v for k, v in per_question.items()},
+                "note": "eval = greedy decoding on held-out questions; CIs are 95% percentile bootstrap; "
+                        "*_vs_step0 = paired bootstrap difference against the SFT-only start"}
         out.with_suffix(".json").write_text(json.dumps(data, indent=1))
         line_plot(curve, ["f1", "em", "cover_em", "searches"], out.with_suffix(".png"))
 

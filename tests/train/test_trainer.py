@@ -210,3 +210,32 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_has_it():
     native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else _cpu_has_native_bf16()
     assert torch_dtype("auto") == (torch.bfloat16 if native else torch.float32)
     assert torch_dtype("float32") == torch.float32 and torch_dtype("bfloat16") == torch.bfloat16
+
+
+def test_trainer_evaluate_per_question_scores_pair_with_the_summary(tiny_model_dir, tmp_path, monkeypatch):
+    """The held-out evaluation the learning curve pairs across steps: one 0-1 score per question,
+    whose mean is the reported (percent) figure."""
+    from tests.train.test_resume import write_jsonl
+    from ragrl.datasets import load_questions
+    from ragrl.paths import DEMO_CORPUS
+    from ragrl.retrieval.corpus import load_corpus
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
+    held_out = load_questions("demo-eval")[:3]
+    write_jsonl(tmp_path / "eval.jsonl", held_out)
+    corpus = load_corpus(DEMO_CORPUS)
+    write_jsonl(tmp_path / "corpus.jsonl", [corpus.passage(i) for i in range(100)])
+    cfg = load_train_config("search_r1_grpo", [
+        f"model.name={tiny_model_dir}", "model.dtype=float32", f"out_dir={tmp_path / 'run'}",
+        f"data.eval={tmp_path / 'eval.jsonl'}", f"data.corpus={tmp_path / 'corpus.jsonl'}", "data.eval_n=3",
+        "rollout.max_turn_tokens=8", "rollout.max_response_tokens=24"], "tiny")
+    out = Trainer(cfg).evaluate(per_question=True)
+    assert set(out["per_question"]) == {q["id"] for q in held_out}
+    for key in ("em", "f1", "cover_em"):
+        scores = [row[key] for row in out["per_question"].values()]
+        assert all(0.0 <= s <= 1.0 for s in scores)
+        assert out[key] == pytest.approx(100 * sum(scores) / len(scores))
+        assert out[f"{key}_lo"] <= out[key] <= out[f"{key}_hi"]
+    assert "per_question" not in Trainer(cfg).evaluate()

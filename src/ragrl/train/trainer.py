@@ -189,8 +189,11 @@ class Trainer:
         # Under several ranks: the step's metrics over all ranks' trajectories (rank 0 logs them).
         return reduce_metrics(row, weight=len(trajs), summed=("tokens_per_s",))
 
-    def evaluate(self) -> dict:
-        """Greedy held-out evaluation of the agent: EM/F1/cover-EM (percent) with 95% CIs."""
+    def evaluate(self, per_question: bool = False) -> dict:
+        """Greedy held-out evaluation of the agent: EM/F1/cover-EM (percent) with 95% CIs.
+
+        per_question=True adds {question id: {metric: 0-1}} under "per_question", so that two
+        evaluations (e.g. before and after RL) can be compared with a paired bootstrap."""
         from ragrl.eval.stats import summarize
 
         samples = load_questions(self.cfg.data.eval, limit=self.cfg.data.eval_n)
@@ -198,10 +201,12 @@ class Trainer:
                           topk=self.cfg.rollout.topk, rollout=replace(self.cfg.rollout, temperature=0.0, n=1))
         self.model.eval()
         res = evaluate(self.engine, self.retriever, samples, ecfg)[self.cfg.agent]
-        s = summarize(res["trajectories"], res["wall_s"])
+        s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
         out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
                for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
         out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
+        if per_question:
+            out["per_question"] = s["per_question"]
         return out
 
     # ---------------------------------------------------------------- internals
