@@ -58,7 +58,10 @@ def _eval(name: str, engine, retriever, samples, cfg: TrainConfig, systems: list
     return {s: r["summary"] for s, r in results.items()}
 
 
-def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None) -> dict:
+def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
+                   minutes: float | None = 27.0) -> dict:
+    """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave
+    (at most the recipe's `steps`), so a faster machine trains longer. None: exactly `steps`."""
     from ragrl.eval.plots import line_plot
     from ragrl.train.policy import build_policy
     from ragrl.train.recipe import load_train_config, sft_warm_start
@@ -93,9 +96,16 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
     console.print("4/6 evaluation of the SFT-only agent")
     after_sft = _eval("sft", engine, retriever, samples, cfg, ["agent"], out)
 
-    console.print(f"5/6 RL: {cfg.name} (tiny) for {cfg.steps} steps")
+    budget = None
+    if minutes is not None:
+        # Leave time for the final evaluation (as long as the SFT-only one took) and the report.
+        sft_eval_s = after_sft[cfg.agent]["wall_time_s"]
+        budget = max(60.0, minutes * 60 - (time.perf_counter() - t_start) - 1.2 * sft_eval_s - 30)
+    console.print(f"5/6 RL: {cfg.name} (tiny), up to {cfg.steps} steps"
+                  + (f" or {budget / 60:.1f} min" if budget else ""))
     trainer = Trainer(cfg, retriever=retriever, model_bundle=(model, tok, None))
-    trainer.train(resume=False)
+    rl_rows = trainer.train(resume=False, time_budget_s=budget)
+    console.print(f"    {len(rl_rows)} RL steps ({len(rl_rows) * cfg.questions_per_step * cfg.rollout.n} trajectories)")
     console.print("6/6 evaluation of the trained agent")
     after_rl = _eval("rl", engine, retriever, samples, cfg, ["agent"], out)
 

@@ -212,30 +212,49 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_has_it():
     assert torch_dtype("float32") == torch.float32 and torch_dtype("bfloat16") == torch.bfloat16
 
 
-def test_trainer_evaluate_per_question_scores_pair_with_the_summary(tiny_model_dir, tmp_path, monkeypatch):
-    """The held-out evaluation the learning curve pairs across steps: one 0-1 score per question,
-    whose mean is the reported (percent) figure."""
+def tiny_trainer_config(tiny_model_dir, tmp_path, *overrides):
+    """The tiny recipe on the tiny model, 3 held-out and 4 train questions, a 100-passage corpus."""
     from tests.train.test_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.paths import DEMO_CORPUS
     from ragrl.retrieval.corpus import load_corpus
     from ragrl.train.recipe import load_train_config
+
+    write_jsonl(tmp_path / "eval.jsonl", load_questions("demo-eval")[:3])
+    write_jsonl(tmp_path / "train.jsonl", load_questions("demo-train")[:4])
+    corpus = load_corpus(DEMO_CORPUS)
+    write_jsonl(tmp_path / "corpus.jsonl", [corpus.passage(i) for i in range(100)])
+    return load_train_config("search_r1_grpo", [
+        f"model.name={tiny_model_dir}", "model.dtype=float32", f"out_dir={tmp_path / 'run'}",
+        f"data.train={tmp_path / 'train.jsonl'}", f"data.eval={tmp_path / 'eval.jsonl'}",
+        f"data.corpus={tmp_path / 'corpus.jsonl'}", "data.eval_n=3", "questions_per_step=2", "rollout.n=2",
+        "rollout.max_turn_tokens=8", "rollout.max_response_tokens=24", "sft.steps=0", *overrides], "tiny")
+
+
+def test_trainer_evaluate_per_question_scores_pair_with_the_summary(tiny_model_dir, tmp_path, monkeypatch):
+    """The held-out evaluation the learning curve pairs across steps: one 0-1 score per question,
+    whose mean is the reported (percent) figure."""
+    from ragrl.datasets import load_questions
     from ragrl.train.trainer import Trainer
 
     monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
-    held_out = load_questions("demo-eval")[:3]
-    write_jsonl(tmp_path / "eval.jsonl", held_out)
-    corpus = load_corpus(DEMO_CORPUS)
-    write_jsonl(tmp_path / "corpus.jsonl", [corpus.passage(i) for i in range(100)])
-    cfg = load_train_config("search_r1_grpo", [
-        f"model.name={tiny_model_dir}", "model.dtype=float32", f"out_dir={tmp_path / 'run'}",
-        f"data.eval={tmp_path / 'eval.jsonl'}", f"data.corpus={tmp_path / 'corpus.jsonl'}", "data.eval_n=3",
-        "rollout.max_turn_tokens=8", "rollout.max_response_tokens=24"], "tiny")
+    cfg = tiny_trainer_config(tiny_model_dir, tmp_path)
     out = Trainer(cfg).evaluate(per_question=True)
-    assert set(out["per_question"]) == {q["id"] for q in held_out}
+    assert set(out["per_question"]) == {q["id"] for q in load_questions("demo-eval")[:3]}
     for key in ("em", "f1", "cover_em"):
         scores = [row[key] for row in out["per_question"].values()]
         assert all(0.0 <= s <= 1.0 for s in scores)
         assert out[key] == pytest.approx(100 * sum(scores) / len(scores))
         assert out[f"{key}_lo"] <= out[key] <= out[f"{key}_hi"]
     assert "per_question" not in Trainer(cfg).evaluate()
+
+
+def test_time_budget_stops_before_a_step_that_would_overrun_and_checkpoints(tiny_model_dir, tmp_path, monkeypatch):
+    from ragrl.train.checkpoint import latest_checkpoint
+    from ragrl.train.trainer import Trainer
+
+    monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
+    cfg = tiny_trainer_config(tiny_model_dir, tmp_path, "steps=3", "save_every=100")
+    rows = Trainer(cfg).train(progress=False, time_budget_s=0.0)   # the first step always runs
+    assert len(rows) == 1 and latest_checkpoint(tmp_path / "run").name == "step_000001"
+    assert len(Trainer(cfg).train(resume=True, progress=False)) == 2  # no budget: the remaining steps

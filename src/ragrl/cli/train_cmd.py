@@ -44,8 +44,11 @@ def register(app: typer.Typer) -> None:
     def quickstart(
         out: Path = typer.Option(Path("runs/quickstart"), "--out"),
         set_: list[str] = typer.Option([], "--set", help="override the tiny search_r1_grpo recipe"),
+        minutes: float = typer.Option(27.0, "--minutes", min=0.0,
+                                      help="wall-time bound of the whole job; RL gets what the other stages leave "
+                                           "(0: no bound, exactly the recipe's steps)"),
     ) -> None:
         """The main job: index, evaluate, SFT, RL, evaluate again, print the before/after table."""
         from ragrl.quickstart import run_quickstart
 
-        run_quickstart(str(out), set_)
+        run_quickstart(str(out), set_, minutes=minutes or None)

@@ -95,8 +95,8 @@ class Trainer:
 
     # ---------------------------------------------------------------- public
     def train(self, *, resume: bool = False, progress=True, time_budget_s: float | None = None) -> list[dict]:
-        """Run (or continue) training to cfg.steps (or until `time_budget_s` has passed, checked
-        after each step); return the metrics rows of this call."""
+        """Run (or continue) training to cfg.steps, or fewer: with `time_budget_s`, no step starts
+        that would (at the mean step time so far) end past the budget. Return this call's rows."""
         cfg = self.cfg
         prepare_run_dir(self.run_dir, resume=resume)
         if self.rank == 0:
@@ -114,7 +114,8 @@ class Trainer:
         t_begin = time.perf_counter()
         try:
             while self.step < cfg.steps:
-                if time_budget_s is not None and rows and time.perf_counter() - t_begin > time_budget_s:
+                elapsed = time.perf_counter() - t_begin
+                if time_budget_s is not None and rows and elapsed * (len(rows) + 1) / len(rows) > time_budget_s:
                     log.info("time budget of %.0f s reached at step %d", time_budget_s, self.step)
                     self._save()
                     break
