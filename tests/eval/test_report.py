@@ -148,3 +148,14 @@ def test_report_accepts_harness_output_without_summaries(tmp_path):
     assert summary == recompute_summary(tmp_path / "trajectories_search_r1.jsonl", wall_time_s=4.5)
     assert report["paired"] == {}
     assert "search_r1" in format_table({"search_r1": {"trajectories": trajs, "wall_s": 4.5}})
+
+
+def test_line_plot_shades_a_confidence_band_when_rows_carry_one(tmp_path):
+    rows = [{"step": s, "f1": 5.0 + s, "f1_lo": 3.0 + s, "f1_hi": 7.0 + s, "em": 1.0} for s in range(4)]
+    line_plot(rows, ["f1"], tmp_path / "band.png")
+    line_plot([{k: v for k, v in r.items() if not k.endswith(("_lo", "_hi"))} for r in rows], ["f1"],
+              tmp_path / "plain.png")
+    with Image.open(tmp_path / "band.png") as band, Image.open(tmp_path / "plain.png") as plain:
+        # the band paints a light fill over many pixels that the plain line leaves white
+        white = lambda img: sum(1 for px in img.convert("RGB").getdata() if px == (255, 255, 255))  # noqa: E731
+        assert white(band) < white(plain) - 2000

@@ -83,7 +83,8 @@ def line_plot(metrics_rows: Sequence[dict], keys: Sequence[str], path: str | Pat
 
     metrics_rows: e.g. the trainer's logged dicts {"step": 10, "reward": 0.3, ...}; a row
     without `x` uses its index. Keys missing from every row are skipped. smooth in [0, 1)
-    adds an exponential moving average over the raw (faint) curve. The PNG is
+    adds an exponential moving average over the raw (faint) curve. A key whose rows also hold
+    `<key>_lo` and `<key>_hi` (a confidence interval) gets a shaded band between them. The PNG is
     (cols' * panel_w, rows * panel_h) * 100 px where cols' = min(cols, plotted keys).
     Returns the keys that were plotted.
     """
@@ -105,7 +106,11 @@ def line_plot(metrics_rows: Sequence[dict], keys: Sequence[str], path: str | Pat
             ax.plot(xs, _ema(ys, smooth), color="C0")
         else:
             ax.plot(xs, ys, color="C0", marker="." if len(xs) <= 50 else None)
-        ax.set_title(key)
+        lo_x, lo = _series(metrics_rows, f"{key}_lo", x)
+        hi_x, hi = _series(metrics_rows, f"{key}_hi", x)
+        if lo and lo_x == hi_x == xs:
+            ax.fill_between(xs, lo, hi, color="C0", alpha=0.2, linewidth=0)
+        ax.set_title(key + (" (95% CI)" if lo and lo_x == hi_x == xs else ""))
         ax.set_xlabel(x)
         ax.grid(alpha=0.3)
     fig.tight_layout()
