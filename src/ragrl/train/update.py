@@ -67,7 +67,7 @@ def prepare(model, value_head, batch: TrajBatch, cfg: AlgoConfig, kl_coef: float
         if cfg.kl_in_reward:
             token_rewards = kl_penalty_in_reward(token_rewards, kl, mask, kl_coef)
     # Estimators that whiten over the batch do it over every rank's rows (one all-reduce).
-    reduce = _all_reduce_sum if is_distributed() else None
+    reduce = (lambda t: t.new_tensor(all_sum(t.tolist()))) if is_distributed() else None
     settings = {"gae": {"gamma": cfg.gamma, "lam": cfg.lam, "reduce": reduce},
                 "reinforce_pp": {"gamma": cfg.gamma, "reduce": reduce},
                 "reinforce_pp_baseline": {"gamma": cfg.gamma, "reduce": reduce}}.get(cfg.estimator, {})
@@ -75,12 +75,6 @@ def prepare(model, value_head, batch: TrajBatch, cfg: AlgoConfig, kl_coef: float
     adv, ret = compute_advantages(cfg.estimator, scores=batch.scores, token_rewards=token_rewards,
                                   values=values, mask=mask, group_ids=batch.group_ids, **settings)
     return Prepared(batch, adv, ret, values, ref, stats)
-
-
-def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.clone()
-    dist.all_reduce(t)
-    return t
 
 
 def ppo_update(model, value_head, optimizer, prep: Prepared, cfg: AlgoConfig, kl_coef: float,
