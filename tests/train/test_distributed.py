@@ -28,7 +28,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_step(model_dir, agg: str, rows: slice, max_grad_norm=1.0) -> list[torch.Tensor]:
+def one_step(model_dir, agg: str, rows: slice, max_grad_norm=1.0, make_opt=None, keep=None) -> list[torch.Tensor]:
     """prepare + ppo_update (GRPO, one minibatch of all 8 rows over all ranks) on `rows`."""
     model, _, _ = policy(model_dir)
     batch = synthetic_batch(model, LENGTHS, SCORES).select(list(range(8))[rows])
@@ -36,9 +36,11 @@ def one_step(model_dir, agg: str, rows: slice, max_grad_norm=1.0) -> list[torch.
     prep = prepare(model, None, batch, cfg, 0.0, cfg.micro_batch_size)
     # SGD: the step is linear in the gradient (Adam's first step is ~sign(g), which would
     # amplify float noise in near-zero gradients).
-    opt = torch.optim.SGD(params_of(model), lr=0.5)
+    opt = make_opt(params_of(model)) if make_opt else torch.optim.SGD(params_of(model), lr=0.5)
     model.train()
     ppo_update(model, None, opt, prep, cfg, 0.0, max_grad_norm, torch.Generator().manual_seed(1))
+    if keep is not None:
+        keep.append(opt)
     return [p.detach().clone() for p in params_of(model)]
 
 
@@ -72,7 +74,60 @@ def test_two_ranks_take_the_same_step_as_one_process(tiny_model_dir, tmp_path):
     assert max(float((a - b).abs().max()) for a, b in zip(naive, exact)) > 1e-4
 
 
-def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, tmp_path):
+def _zero_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+    from ragrl.train.distributed import make_optimizer, optimizer_state_bytes
+
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    init_distributed()
+    out = {}
+    for shard in (False, True):
+        opts = []
+        out[shard] = one_step(model_dir, "token_mean", HALVES[rank], keep=opts, make_opt=lambda ps: make_optimizer(
+            [{"params": ps}, {"params": []}], lr=1e-2, weight_decay=0.01, shard=shard))
+        out[f"bytes_{shard}"] = optimizer_state_bytes(opts[0])
+        if shard:
+            opts[0].consolidate_state_dict(to=0)   # a collective: every rank takes part
+            if rank == 0:
+                out["consolidated"] = opts[0].state_dict()
+        else:
+            out["plain_state"] = opts[0].state_dict()
+    torch.save(out, os.path.join(out_dir, f"zero.{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_zero1_sharded_adam_takes_the_replicated_step_with_half_the_state_per_rank(tiny_model_dir, tmp_path):
+    mp.spawn(_zero_rank_main, args=(2, free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"zero.{r}.pt", weights_only=False) for r in range(2)]
+    init = [p.detach().clone() for p in params_of(policy(tiny_model_dir)[0])]
+    for r in ranks:
+        assert max(float((a - b).abs().max()) for a, b in zip(r[False], init)) > 1e-3  # a real step
+        # AdamW is element-wise: the shard owner's update is the replicated one, bit for bit
+        assert all(torch.equal(a, b) for a, b in zip(r[True], r[False]))
+        assert 0 < r["bytes_True"] < 0.75 * r["bytes_False"]
+    assert abs(sum(r["bytes_True"] for r in ranks) - ranks[0]["bytes_False"]) < 0.01 * ranks[0]["bytes_False"]
+    # rank 0's consolidated state (what a checkpoint holds) equals the replicated optimizer's
+    full, plain = ranks[0]["consolidated"]["state"], ranks[0]["plain_state"]["state"]
+    assert sorted(full) == sorted(plain)
+    assert all(torch.equal(full[i]["exp_avg_sq"], plain[i]["exp_avg_sq"]) for i in plain)
+
+
+def test_sharding_follows_the_launcher_unless_set(monkeypatch):
+    from ragrl.train.distributed import wants_sharded_optimizer
+
+    for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(k, raising=False)
+    assert not wants_sharded_optimizer(None, 2)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert wants_sharded_optimizer(None, 2) and not wants_sharded_optimizer(None, 1)
+    assert not wants_sharded_optimizer(False, 2) and wants_sharded_optimizer(True, 2)
+
+
+@pytest.mark.parametrize("launcher", ["ddp", "fsdp"])
+def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, tmp_path, launcher):
+    """`accelerate launch` runs `ragrl train` unchanged. With --use_fsdp the optimizer state is
+    sharded (ZeRO-1); its checkpoint holds the whole consolidated state, and --resume goes on."""
     from tests.train.test_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.train.run_dir import read_metrics
@@ -83,23 +138,38 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
     out = tmp_path / "run"
     sets = {"model.name": tiny_model_dir, "out_dir": out, "steps": 1, "questions_per_step": 2, "rollout.n": 2,
             "rollout.max_turns": 2, "rollout.max_turn_tokens": 8, "rollout.max_response_tokens": 48,
-            "sft.steps": 0, "eval_every": 0, "data.train": tmp_path / "train.jsonl",
+            "sft.steps": 0, "eval_every": 0, "save_every": 1, "data.train": tmp_path / "train.jsonl",
             "data.corpus": tmp_path / "corpus.jsonl"}
-    # `--cpu` would make accelerate start ONE process (its multi-CPU launcher is mpirun); on a
-    # CPU-only host `--multi_gpu` goes through torchrun, and init_distributed picks gloo.
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), "-m", "ragrl.cli.main", "train", "search_r1_grpo",
-           "--variant", "tiny", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")]]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    log = res.stdout + res.stderr
+
+    def launch(*extra: str) -> str:
+        # `--cpu` would make accelerate start ONE process (its multi-CPU launcher is mpirun); on a
+        # CPU-only host `--multi_gpu` (or `--use_fsdp`) goes through torchrun, and
+        # init_distributed picks gloo.
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--use_fsdp" if launcher == "fsdp" else "--multi_gpu",
+               "--main_process_port", str(free_port()), "-m", "ragrl.cli.main", "train", "search_r1_grpo",
+               "--variant", "tiny", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], *extra]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        return res.stdout + res.stderr
+
+    log = launch()
     assert "rank 0 of 2 (gloo)" in log and "rank 1 of 2 (gloo)" in log
+    assert ("sharded over 2 ranks" in log) == (launcher == "fsdp")
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [0]  # one writer: rank 0
     assert rows[0]["turns"] > 0 and rows[0]["updates"] == 1
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_000001"
+    saved = torch.load(out / "checkpoints" / "step_000001" / "optimizer.pt", weights_only=False)
+    n_trainable = sum(1 for g in saved["param_groups"] for _ in g["params"])
+    assert n_trainable > 0 and len(saved["state"]) == n_trainable  # the whole state, not one shard
+    if launcher == "fsdp":
+        sets["steps"] = 2
+        launch("--resume")
+        assert [r["step"] for r in read_metrics(out)] == [0, 1]
+        assert (out / "checkpoints" / "latest").read_text().strip() == "step_000002"
 
 
 def test_questions_per_step_must_split_evenly_over_ranks():

@@ -30,6 +30,9 @@ def test_with_gold_puts_every_gold_in_top_k_replacing_the_lowest_non_gold():
     out = _with_gold(hits, [_hit(9), _hit(2)], 3)
     assert [h.id for h in out] == ["p1", "p2", "p9"]  # p3 (lowest, not gold) replaced; p2 kept
     assert [h.id for h in _with_gold(hits[:1], [_hit(9)], 3)] == ["p1", "p9"]
+    # more golds than k, the retriever found only later ones: the first k golds still get in
+    out = _with_gold([_hit(2), _hit(3), _hit(4)], [_hit(1), _hit(2), _hit(3), _hit(4)], 3)
+    assert sorted(h.id for h in out) == ["p1", "p2", "p3"]
 
 
 @pytest.mark.parametrize("agent,max_turns", [("search_r1", 2), ("search_r1", 3), ("r1_searcher", 2), ("rag_r1", 2)])

@@ -82,6 +82,10 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     save_every: int = 5
     keep_last: int = 2
+    # ZeRO-1 under several ranks: each rank keeps Adam's state for its share of the parameters
+    # only. None: on when the launcher asked for sharding (`accelerate launch --use_fsdp` or
+    # `--use_deepspeed`), off otherwise. Parameters and gradients stay replicated.
+    shard_optimizer: bool | None = None
     eval_every: int = 0                   # 0: only at the end
     reward: dict = field(default_factory=lambda: {"f1": 1.0})
     reward_schedule: list = field(default_factory=list)  # [[from_step, spec], ...] overrides `reward`

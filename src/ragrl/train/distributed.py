@@ -4,12 +4,16 @@ What is supported: N identical processes started by `torchrun` or `accelerate la
 holding a full copy of the model. Each rank rolls out its own slice of the step's questions;
 `update.py` divides every loss by the *global* token (or sequence) count and sums gradients
 over ranks, so N ranks with B/N rows each take the same optimizer step as one process with B.
-FSDP / DeepSpeed sharding is not supported (one small model fits on every rank).
+Optimizer-state sharding (ZeRO stage 1, `shard_optimizer`, on by default when `accelerate
+launch --use_fsdp / --use_deepspeed` asked for sharding): each rank keeps Adam's moments for
+its share of the parameters, steps that share, and broadcasts it; parameters and gradients
+stay replicated (no parameter sharding: FSDP/ZeRO-3 proper is not implemented).
 
 How to start it:
 
     torchrun --nproc_per_node 2 -m ragrl.cli.main train search_r1_grpo --variant tiny
     accelerate launch --multi_gpu --num_processes 2 -m ragrl.cli.main train ...
+    accelerate launch --use_fsdp --num_processes 2 -m ragrl.cli.main train ...   # + ZeRO-1
 
 Note: `accelerate launch --cpu --num_processes 2` starts ONE process unless an MPI hostfile is
 given (accelerate's CPU launcher is mpirun); on a CPU-only host `--multi_gpu` is what makes it
@@ -66,6 +70,45 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
     rank, world = dist_info()
     log.info("distributed: rank %d of %d (%s)", rank, world, dist.get_backend())
     return rank, world
+
+
+SHARDING_ENV = ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")
+
+
+def wants_sharded_optimizer(setting: bool | None, world: int) -> bool:
+    """Whether to shard optimizer state: never on one rank; `setting` when given; else on
+    when the launcher asked for FSDP or DeepSpeed (accelerate sets these variables)."""
+    if world <= 1:
+        return False
+    if setting is not None:
+        return bool(setting)
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in SHARDING_ENV)
+
+
+def make_optimizer(groups: list[dict], *, lr: float, weight_decay: float, shard: bool) -> torch.optim.Optimizer:
+    """AdamW over `groups`; with `shard`, wrapped in ZeRO-1 (each rank holds 1/world of the
+    state). Empty groups are kept out of the sharded optimizer (ZeRO cannot partition them)."""
+    if not shard:
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    groups = [g for g in groups if g["params"]]
+    opt = ZeroRedundancyOptimizer(groups[0]["params"], optimizer_class=torch.optim.AdamW, lr=lr,
+                                  weight_decay=weight_decay)
+    for g in groups[1:]:
+        opt.add_param_group(g)
+    return opt
+
+
+def is_sharded(optimizer) -> bool:
+    return type(optimizer).__name__ == "ZeroRedundancyOptimizer"
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """Bytes of optimizer state this rank holds (the local shard under ZeRO)."""
+    local = optimizer.optim if is_sharded(optimizer) else optimizer
+    return sum(t.numel() * t.element_size() for st in local.state.values()
+               for t in st.values() if torch.is_tensor(t))
 
 
 def check_divisible(questions_per_step: int, world: int) -> None:

@@ -46,7 +46,9 @@ def render_answer(p: Protocol, answer: str, thought: str) -> str:
 def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:
     """The retriever's top-k with every `golds` passage in it (replacing the lowest non-gold hits)."""
     hits = list(hits[:k])
-    gold_ids = {g.id for g in golds}
+    # Only the golds that fit are protected: with more golds than k (MuSiQue has up to 4), a
+    # retrieved gold beyond the first k may give way to one of the first k.
+    gold_ids = {g.id for g in golds[:k]}
     for g in golds[:k]:
         if all(h.id != g.id for h in hits):
             if len(hits) < k:

@@ -31,7 +31,8 @@ from ragrl.rollout.episode import run_episodes
 from ragrl.train.batch import collate
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ragrl.train.config import TrainConfig
-from ragrl.train.distributed import check_divisible, init_distributed, reduce_metrics
+from ragrl.train.distributed import (check_divisible, init_distributed, make_optimizer,
+                                     optimizer_state_bytes, reduce_metrics, wants_sharded_optimizer)
 from ragrl.train.policy import build_policy
 from ragrl.train.rng import seed_everything
 from ragrl.train.run_dir import MetricsLogger, prepare_run_dir, setup_file_logging, write_resolved_config
@@ -84,8 +85,11 @@ class Trainer:
         self.questions = load_questions(cfg.data.train)
         params = [p for p in self.model.parameters() if p.requires_grad]
         extra = list(self.value_head.parameters()) if self.value_head is not None else []
-        self.optimizer = torch.optim.AdamW([{"params": params}, {"params": extra}], lr=cfg.lr,
-                                           weight_decay=cfg.weight_decay)
+        self.sharded = wants_sharded_optimizer(cfg.shard_optimizer, self.world)
+        self.optimizer = make_optimizer([{"params": params}, {"params": extra}], lr=cfg.lr,
+                                        weight_decay=cfg.weight_decay, shard=self.sharded)
+        if self.sharded:
+            log.info("optimizer state sharded over %d ranks (ZeRO-1)", self.world)
         self.scheduler = make_scheduler(self.optimizer, cfg)
         self.kl = make_kl_controller(cfg.algo.kl_coef, cfg.algo.kl_target, cfg.algo.kl_horizon)
         schedule = cfg.reward_schedule or [[0, cfg.reward]]
@@ -187,6 +191,8 @@ class Trainer:
         t_update = time.perf_counter() - t0
         row = self._row(trajs, rstats, ustats, prep.stats, t_rollout, t_reward, t_update,
                         time.perf_counter() - t_start)
+        # Bytes of Adam state on this rank (a 1/world share under ZeRO-1); the mean over ranks.
+        row["optimizer_state_mb"] = optimizer_state_bytes(self.optimizer) / 2**20
         # Under several ranks: the step's metrics over all ranks' trajectories (rank 0 logs them).
         return reduce_metrics(row, weight=len(trajs), summed=("tokens_per_s",))
 
@@ -240,6 +246,8 @@ class Trainer:
         return {"value_head": self.value_head} if self.value_head is not None else None
 
     def _save(self) -> None:
+        if self.sharded:   # a collective: every rank sends its shard of the state to rank 0
+            self.optimizer.consolidate_state_dict(to=0)
         if self.rank != 0:
             return
         save_checkpoint(self.run_dir, self.step, model=self.model, optimizer=self.optimizer,
