@@ -124,10 +124,11 @@ def test_sharding_follows_the_launcher_unless_set(monkeypatch):
     assert not wants_sharded_optimizer(False, 2) and wants_sharded_optimizer(True, 2)
 
 
-@pytest.mark.parametrize("launcher", ["ddp", "fsdp"])
+@pytest.mark.parametrize("launcher", ["ddp", "fsdp", "deepspeed"])
 def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, tmp_path, launcher):
-    """`accelerate launch` runs `ragrl train` unchanged. With --use_fsdp the optimizer state is
-    sharded (ZeRO-1); its checkpoint holds the whole consolidated state, and --resume goes on."""
+    """`accelerate launch` runs `ragrl train` unchanged. With --use_fsdp or --use_deepspeed the
+    optimizer state is sharded (ZeRO-1); the checkpoint holds the whole consolidated state, and
+    --resume goes on from it."""
     from tests.train.test_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.train.run_dir import read_metrics
@@ -147,7 +148,7 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
         # init_distributed picks gloo.
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--use_fsdp" if launcher == "fsdp" else "--multi_gpu",
+               {"ddp": "--multi_gpu", "fsdp": "--use_fsdp", "deepspeed": "--use_deepspeed"}[launcher],
                "--main_process_port", str(free_port()), "-m", "ragrl.cli.main", "train", "search_r1_grpo",
                "--variant", "tiny", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], *extra]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
@@ -157,7 +158,7 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
 
     log = launch()
     assert "rank 0 of 2 (gloo)" in log and "rank 1 of 2 (gloo)" in log
-    assert ("sharded over 2 ranks" in log) == (launcher == "fsdp")
+    assert ("sharded over 2 ranks" in log) == (launcher != "ddp")
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [0]  # one writer: rank 0
     assert rows[0]["turns"] > 0 and rows[0]["updates"] == 1
@@ -165,7 +166,7 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
     saved = torch.load(out / "checkpoints" / "step_000001" / "optimizer.pt", weights_only=False)
     n_trainable = sum(1 for g in saved["param_groups"] for _ in g["params"])
     assert n_trainable > 0 and len(saved["state"]) == n_trainable  # the whole state, not one shard
-    if launcher == "fsdp":
+    if launcher != "ddp":
         sets["steps"] = 2
         launch("--resume")
         assert [r["step"] for r in read_metrics(out)] == [0, 1]
