@@ -27,7 +27,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "learning_curve"))
     ap.add_argument("--run-dir", default=str(ROOT / "runs" / "learning_curve"))
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--dev", action="store_true",
+                    help="for choosing settings without eval questions: evaluate on the train file's "
+                         "100 HotpotQA-train questions (unfiltered, like HotpotQA dev) and train on the rest")
     args = ap.parse_args()
+    if args.dev:
+        train_file, dev_file = dev_split(Path(args.run_dir))
+        args.overrides = [f"data.train={train_file}", f"data.eval={dev_file}", *args.overrides]
 
     from ragrl.eval.plots import line_plot
     from ragrl.eval.stats import paired_diffs
@@ -84,6 +90,22 @@ def main() -> None:
         first = False
         train_rows += [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
         record(trainer.step)
+
+
+def dev_split(run_dir: Path) -> tuple[Path, Path]:
+    """Split the bundled train file into (rest, dev): dev = its HotpotQA-train questions that
+    came with their contexts (not filtered by BM25 reachability, so they are as hard as the
+    held-out HotpotQA dev questions). Settings are chosen on dev; eval questions never take part."""
+    from ragrl.datasets import load_questions
+
+    rows = load_questions("demo-train")
+    dev = [r for r in rows if r.get("dataset") == "hotpotqa" and r.get("gold_source") is None]
+    rest = [r for r in rows if not (r.get("dataset") == "hotpotqa" and r.get("gold_source") is None)]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    paths = run_dir / "train_rest.jsonl", run_dir / "dev.jsonl"
+    for path, part in zip(paths, (rest, dev)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in part))
+    return paths
 
 
 if __name__ == "__main__":

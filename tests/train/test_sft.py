@@ -64,6 +64,41 @@ def test_synthesised_episode_layout(smollm2_policy, demo_bm25_dir, passages, age
     assert all(len(tok.encode(x.observation, add_special_tokens=False)) <= 160 for x in t.turns if x.observation)
 
 
+@pytest.mark.parametrize("agent", ["search_r1", "r1_searcher", "rag_r1"])
+def test_direct_episode_answers_at_once_and_parses(smollm2_policy, agent):
+    from ragrl.train.sft import direct_trajectory
+
+    _, tok = smollm2_policy
+    protocol = get_protocol(agent)
+    sample = load_questions("demo-train")[0]
+    t = direct_trajectory(tok, protocol, sample)
+    action = t.turns[0].action_text
+    assert t.num_searches == 0 and len(t.turns) == 1 and t.answer == sample["answers"][0]
+    assert tok.decode(t.token_ids[t.prompt_len:]) == action and all(t.action_mask[t.prompt_len:])
+    parsed = protocol.parse(action)
+    assert parsed.kind == "answer" and parsed.answer == sample["answers"][0]
+    assert protocol.is_valid_format(action)
+
+
+def test_warm_start_mixes_in_direct_episodes(smollm2_policy, demo_bm25_dir):
+    """sft.direct_frac of the episodes answer without searching; a bad fraction is refused."""
+    from ragrl.errors import ConfigError
+    from ragrl.train.recipe import load_train_config, warm_start_episodes
+
+    _, tok = smollm2_policy
+    retriever = make_retriever(str(demo_bm25_dir))
+    cfg = load_train_config("search_r1_grpo", ["sft.direct_frac=0.25"], variant="tiny")
+    trajs = warm_start_episodes(cfg, tok, retriever)
+    direct = [t for t in trajs if t.num_searches == 0]
+    assert direct and all(len(t.turns) == 1 and t.turns[0].kind == "answer" for t in direct)
+    assert abs(len(direct) / len(trajs) - 0.25) < 0.01
+    cfg.sft.direct_frac = 0.0
+    assert all(t.num_searches > 0 for t in warm_start_episodes(cfg, tok, retriever))
+    cfg.sft.direct_frac = 1.0
+    with pytest.raises(ConfigError, match="sft.direct_frac must be in"):
+        warm_start_episodes(cfg, tok, retriever)
+
+
 def test_answer_visible_filter(smollm2_policy, demo_bm25_dir, passages):
     _, tok = smollm2_policy
     protocol = get_protocol("search_r1")

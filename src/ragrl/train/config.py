@@ -65,6 +65,9 @@ class SFTConfig:
     lr: float = 5e-4
     batch_size: int = 8
     max_len: int = 768
+    # Share of warm-start episodes that answer without searching (questions drawn at random), so
+    # that RL starts from a policy that does both and can learn *when* to search; 0: always search.
+    direct_frac: float = 0.0
 
 
 @dataclass

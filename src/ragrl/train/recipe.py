@@ -37,12 +37,28 @@ def load_train_config(recipe: str | None, overrides: list[str], variant: str | N
 
 def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progress=None):
     """Synthesize gold search episodes from the train split and fit the adapter on them."""
+    from ragrl.train.sft import run_sft
+
+    trajs = warm_start_episodes(cfg, tok, retriever)
+    result = run_sft(model, tok, trajs, steps=cfg.sft.steps, batch_size=cfg.sft.batch_size, lr=cfg.sft.lr,
+                     seed=cfg.seed, out_dir=out_dir, progress=progress)
+    log.info("SFT: %d steps, loss %.3f -> %.3f in %.0f s", cfg.sft.steps, result.losses[0], result.losses[-1],
+             result.seconds)
+    return result
+
+
+def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
+    """The SFT episodes: gold search episodes whose answer the observations show, plus
+    `sft.direct_frac` of episodes that answer at once (questions drawn at random)."""
     from ragrl.agents.registry import get_protocol
     from ragrl.retrieval.base import Hit
     from ragrl.retrieval.corpus import load_corpus
     from ragrl.paths import DEMO_CORPUS
-    from ragrl.train.sft import run_sft, synth_trajectory
+    from ragrl.train.sft import direct_trajectory, synth_trajectory
 
+    frac = cfg.sft.direct_frac
+    if not 0.0 <= frac < 1.0:
+        raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
     corpus = load_corpus(cfg.data.corpus or DEMO_CORPUS)
     passages = {corpus.ids[i]: Hit(corpus.ids[i], corpus.titles[i], corpus.texts[i], 0.0) for i in range(len(corpus))}
     protocol = get_protocol(cfg.agent)
@@ -55,11 +71,11 @@ def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progr
     kept = [t for t in trajs if answer_visible(t)]
     log.info("SFT: %d of %d synthesised episodes show their answer in the observations", len(kept), len(trajs))
     trajs = kept or trajs
-    result = run_sft(model, tok, trajs, steps=cfg.sft.steps, batch_size=cfg.sft.batch_size, lr=cfg.sft.lr,
-                     seed=cfg.seed, out_dir=out_dir, progress=progress)
-    log.info("SFT: %d steps, loss %.3f -> %.3f in %.0f s", cfg.sft.steps, result.losses[0], result.losses[-1],
-             result.seconds)
-    return result
+    n_direct = min(len(samples), round(frac * len(trajs) / (1.0 - frac)))
+    if n_direct:
+        trajs = trajs + [direct_trajectory(tok, protocol, s) for s in rng.sample(samples, n_direct)]
+        log.info("SFT: %d of %d episodes answer without searching", n_direct, len(trajs))
+    return trajs
 
 
 def answer_visible(traj) -> bool:

@@ -36,9 +36,10 @@ def render_search(p: Protocol, queries: list[str], thought: str, first: bool) ->
     return f"{think}{p.query[0]} {q} {p.query[1]}"
 
 
-def render_answer(p: Protocol, answer: str, thought: str) -> str:
+def render_answer(p: Protocol, answer: str, thought: str, first: bool = False) -> str:
     if getattr(p, "search_in_think", False):
-        return f" {thought} {p.think[1]}\n{p.answer[0]} {answer} {p.answer[1]}"
+        lead = p.think[0] if first else ""       # R1-Searcher's <think> is open after a search
+        return f"{lead} {thought} {p.think[1]}\n{p.answer[0]} {answer} {p.answer[1]}"
     think = f"{p.think[0]}{thought}{p.think[1]}\n" if getattr(p, "think", None) else ""
     return f"{think}{p.answer[0]} {answer} {p.answer[1]}"
 
@@ -96,6 +97,20 @@ def synth_trajectory(tok, protocol: Protocol, sample: dict, retriever: Retriever
     _append(t, tok, action, [])
     t.turns.append(Turn(action_text=action, kind="answer"))
     t.answer, t.num_turns, t.stop_reason = answer, len(plan) + 1, "answer"
+    return t
+
+
+def direct_trajectory(tok, protocol: Protocol, sample: dict) -> Trajectory:
+    """An episode that answers at once, with no search (the other action the policy can take)."""
+    p_ids = prompt_ids(tok, protocol, sample["question"])
+    t = Trajectory(sample_id=str(sample["id"]), question=sample["question"], golds=list(sample["answers"]),
+                   token_ids=list(p_ids), action_mask=[0] * len(p_ids), logprobs=[0.0] * len(p_ids),
+                   prompt_len=len(p_ids))
+    answer = sample["answers"][0]
+    action = render_answer(protocol, answer, "I can answer this without searching.", first=True)
+    _append(t, tok, action, [])
+    t.turns.append(Turn(action_text=action, kind="answer"))
+    t.answer, t.num_turns, t.stop_reason = answer, 1, "answer"
     return t
 
 
