@@ -58,6 +58,21 @@ def _eval(name: str, engine, retriever, samples, cfg: TrainConfig, systems: list
     return {s: r["summary"] for s, r in results.items()}
 
 
+def keep_previous_run(out: Path) -> Path | None:
+    """The quickstart always starts fresh; an earlier run's directory is kept under a new name
+    (`<out>.prev-<mtime>`), not overwritten and not refused half-way through."""
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(out.stat().st_mtime))
+    dest = out.with_name(f"{out.name}.prev-{stamp}")
+    n = 1
+    while dest.exists():
+        dest, n = out.with_name(f"{out.name}.prev-{stamp}-{n}"), n + 1
+    out.rename(dest)
+    console.print(f"    an earlier run in {out} was moved to {dest}")
+    return dest
+
+
 def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
                    minutes: float | None = 27.0) -> dict:
     """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave
@@ -71,6 +86,7 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
 
     t_start = time.perf_counter()
     out = Path(out_dir)
+    keep_previous_run(out)
     cfg = load_train_config("search_r1_grpo", [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
     console.rule("[bold]ragrl quickstart")
     console.print("1/6 BM25 index of the bundled corpus")
