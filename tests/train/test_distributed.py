@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,6 +153,10 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
                "--main_process_port", str(free_port()), "-m", "ragrl.cli.main", "train", "search_r1_grpo",
                "--variant", "tiny", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")], *extra]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
+        if launcher == "deepspeed":   # install.sh keeps deepspeed out of the venv (see there)
+            side = Path(sys.prefix) / "deepspeed-side"
+            assert (side / "deepspeed").is_dir(), f"{side} is missing: run ./install.sh"
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(side), env.get("PYTHONPATH")]))
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
         return res.stdout + res.stderr
