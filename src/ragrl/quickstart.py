@@ -122,8 +122,13 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
         # Leave time for the final evaluation (as long as the SFT-only one took) and the report.
         sft_eval_s = after_sft[cfg.agent]["wall_time_s"]
         budget = max(60.0, minutes * 60 - (time.perf_counter() - t_start) - 1.2 * sft_eval_s - 30)
-    console.print(f"5/6 RL: {cfg.name} (tiny), up to {cfg.steps} steps"
-                  + (f" or {budget / 60:.1f} min" if budget else ""))
+    if budget and cfg.steps == RL_STEP_CAP:
+        length = f"for {budget / 60:.1f} min"
+    elif budget:
+        length = f"up to {cfg.steps} steps or {budget / 60:.1f} min"
+    else:
+        length = f"{cfg.steps} steps"
+    console.print(f"5/6 RL: {cfg.name} (tiny), {length}")
     trainer = Trainer(cfg, retriever=retriever, model_bundle=(model, tok, None))
     rl_rows = trainer.train(resume=False, time_budget_s=budget)
     console.print(f"    {len(rl_rows)} RL steps ({len(rl_rows) * cfg.questions_per_step * cfg.rollout.n} trajectories)")

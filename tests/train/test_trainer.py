@@ -258,3 +258,20 @@ def test_time_budget_stops_before_a_step_that_would_overrun_and_checkpoints(tiny
     rows = Trainer(cfg).train(progress=False, time_budget_s=0.0)   # the first step always runs
     assert len(rows) == 1 and latest_checkpoint(tmp_path / "run").name == "step_000001"
     assert len(Trainer(cfg).train(resume=True, progress=False)) == 2  # no budget: the remaining steps
+
+
+def test_progress_bar_counts_time_under_a_budget_and_steps_otherwise():
+    from ragrl.train.trainer import _progress
+
+    row = {"reward_mean": 0.5, "f1": 0.25, "searches": 1.0}
+    timed = _progress(True, 1000, 3, time_budget_s=60.0)
+    timed.update(row)
+    timed.update(row)
+    task = timed.p.tasks[0]
+    timed.close()
+    assert task.total == 60.0 and 0 <= task.completed < 60.0 and task.fields["step"] == 5
+    stepped = _progress(True, 10, 3)
+    stepped.update(row)
+    task = stepped.p.tasks[0]
+    stepped.close()
+    assert task.total == 10 and task.completed == 4 and task.fields["step"] == 4

@@ -114,7 +114,7 @@ class Trainer:
                 logger.truncate_after(self.step - 1)
             log.info("resumed from %s at step %d", ck.name, self.step)
         rows = []
-        bar = _progress(progress and self.rank == 0, cfg.steps, self.step)
+        bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
         t_begin = time.perf_counter()
         try:
             while self.step < cfg.steps:
@@ -310,22 +310,30 @@ def cached_bm25_index(corpus: str | None) -> Path:
 
 
 class _progress:
-    """A Rich progress bar with the latest reward/F1 (a no-op when disabled)."""
+    """A Rich progress bar with the latest reward/F1 (a no-op when disabled). With a time budget
+    the bar fills with time, and shows the step count, since the number of steps is not known."""
 
-    def __init__(self, enabled: bool, total: int, start: int):
-        self.p = None
+    def __init__(self, enabled: bool, total: int, start: int, time_budget_s: float | None = None):
+        self.p, self.budget, self.step, self.t0 = None, time_budget_s, start, time.perf_counter()
         if enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-            self.p = Progress(TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            count = "step {task.fields[step]}" if self.budget else "{task.completed}/{task.total}"
+            self.p = Progress(TextColumn("train"), BarColumn(), TextColumn(count),
                               TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
-            self.task = self.p.add_task("train", total=total, completed=start, info="")
+            self.task = self.p.add_task("train", total=self.budget or total,
+                                        completed=0 if self.budget else start, info="", step=start)
             self.p.start()
 
     def update(self, row: dict) -> None:
+        self.step += 1
         if self.p:
             info = f"reward {row['reward_mean']:.3f} f1 {row['f1']:.3f} searches {row['searches']:.2f}"
-            self.p.update(self.task, advance=1, info=info)
+            if self.budget:
+                done = min(self.budget, time.perf_counter() - self.t0)
+                self.p.update(self.task, completed=done, step=self.step, info=info)
+            else:
+                self.p.update(self.task, advance=1, step=self.step, info=info)
 
     def close(self) -> None:
         if self.p:
