@@ -1,0 +1,79 @@
+"""Optimizer-state memory per rank, replicated AdamW against ZeRO-1 sharding, on 2 gloo ranks.
+
+    .venv/bin/python benchmarks/zero_memory.py            # full fine-tuning of SmolLM2-135M
+
+Each rank loads the policy (full fine-tuning by default: LoRA's state is too small to matter),
+takes one AdamW step on a small batch of its own, and reports the bytes of optimizer state it
+holds and its peak RSS. Writes benchmarks/results/zero_memory.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, world: int, port: int, model: str, shard: bool, out: str) -> None:
+    from ragrl.train.config import ModelConfig
+    from ragrl.train.distributed import init_distributed, make_optimizer, optimizer_state_bytes
+    from ragrl.train.policy import build_policy
+
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    init_distributed()
+    policy, tok, _ = build_policy(ModelConfig(name=model, lora=False, dtype="float32"))
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = make_optimizer([{"params": params}], lr=1e-5, weight_decay=0.0, shard=shard)
+    ids = torch.randint(0, len(tok), (2, 64), generator=torch.Generator().manual_seed(rank))
+    loss = policy(input_ids=ids, labels=ids).loss
+    loss.backward()
+    for p in params:                       # DDP-style gradient sum, as update.py does
+        dist.all_reduce(p.grad)
+    opt.step()
+    row = {"rank": rank, "shard": shard, "trainable_params": sum(p.numel() for p in params),
+           "optimizer_state_mib": optimizer_state_bytes(opt) / 2**20,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    Path(out, f"{int(shard)}.{rank}.json").write_text(json.dumps(row))
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "zero_memory.json"))
+    args = ap.parse_args()
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for shard in (False, True):
+            mp.spawn(_rank, args=(2, _free_port(), args.model, shard, tmp), nprocs=2, join=True)
+            rows += [json.loads(Path(tmp, f"{int(shard)}.{r}.json").read_text()) for r in range(2)]
+    rep = {r["shard"]: r for r in rows if r["rank"] == 0}
+    result = {"model": args.model, "world": 2, "per_rank": rows,
+              "optimizer_state_ratio_sharded_vs_replicated":
+                  rep[True]["optimizer_state_mib"] / rep[False]["optimizer_state_mib"],
+              "peak_rss_saved_mib_rank0": rep[False]["peak_rss_mib"] - rep[True]["peak_rss_mib"]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
