@@ -85,8 +85,9 @@ def _zero_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: s
     out = {}
     for shard in (False, True):
         opts = []
+        # two parameter groups, as with PPO's value head
         out[shard] = one_step(model_dir, "token_mean", HALVES[rank], keep=opts, make_opt=lambda ps: make_optimizer(
-            [{"params": ps[:-2]}, {"params": ps[-2:]}], lr=1e-2, weight_decay=0.01, shard=shard))  # 2 groups, as with a value head
+            [{"params": ps[:-2]}, {"params": ps[-2:]}], lr=1e-2, weight_decay=0.01, shard=shard))
         out[f"bytes_{shard}"] = optimizer_state_bytes(opts[0])
         if shard:
             opts[0].consolidate_state_dict(to=0)   # a collective: every rank takes part
