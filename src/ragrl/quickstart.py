@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ragrl.config import parse_overrides
 from ragrl.datasets import load_questions
 from ragrl.eval.harness import EvalConfig, evaluate
 from ragrl.eval.report import compare_report, write_report
@@ -89,7 +90,7 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
     out = Path(out_dir)
     keep_previous_run(out)
     cfg = load_train_config("search_r1_grpo", [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
-    if minutes is not None and not any(o.split("=", 1)[0].strip() == "steps" for o in overrides or []):
+    if minutes is not None and "steps" not in parse_overrides(overrides):
         # Time-bounded: RL runs until the time the other stages leave is used up, however many
         # steps that is (the recipe's `steps` caps `ragrl train`, which has no time bound).
         cfg.steps = RL_STEP_CAP

@@ -60,7 +60,7 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
     if missing:
         raise ConfigError(f"WORLD_SIZE={world} but {', '.join(missing)} not set; start the run with "
                           "torchrun or accelerate launch")
-    force_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    force_cpu = _env_flag("ACCELERATE_USE_CPU")
     use_cuda = torch.cuda.is_available() and not force_cpu
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -82,7 +82,12 @@ def wants_sharded_optimizer(setting: bool | None, world: int) -> bool:
         return False
     if setting is not None:
         return bool(setting)
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in SHARDING_ENV)
+    return any(_env_flag(k) for k in SHARDING_ENV)
+
+
+def _env_flag(name: str) -> bool:
+    """A launcher's boolean environment variable (accelerate writes "true"/"false")."""
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")
 
 
 def make_optimizer(groups: list[dict], *, lr: float, weight_decay: float, shard: bool) -> torch.optim.Optimizer:
@@ -100,13 +105,11 @@ def make_optimizer(groups: list[dict], *, lr: float, weight_decay: float, shard:
     return opt
 
 
-def is_sharded(optimizer) -> bool:
-    return type(optimizer).__name__ == "ZeroRedundancyOptimizer"
-
-
 def optimizer_state_bytes(optimizer) -> int:
     """Bytes of optimizer state this rank holds (the local shard under ZeRO)."""
-    local = optimizer.optim if is_sharded(optimizer) else optimizer
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    local = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
     return sum(t.numel() * t.element_size() for st in local.state.values()
                for t in st.values() if torch.is_tensor(t))
 

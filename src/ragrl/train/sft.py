@@ -74,10 +74,7 @@ def synth_trajectory(tok, protocol: Protocol, sample: dict, retriever: Retriever
     multi = getattr(protocol, "max_queries", 1) > 1
     plan = [queries] if multi else [[q] for q in queries]
     gold_plan = [golds] if len(plan) == 1 else [[g] for g in golds]
-    p_ids = prompt_ids(tok, protocol, sample["question"])
-    t = Trajectory(sample_id=str(sample["id"]), question=sample["question"], golds=list(sample["answers"]),
-                   token_ids=list(p_ids), action_mask=[0] * len(p_ids), logprobs=[0.0] * len(p_ids),
-                   prompt_len=len(p_ids))
+    t = _start(tok, protocol, sample)
     thoughts = ["I need to search for this.", "I need more information."]
     for turn_i, qs in enumerate(plan):
         action = render_search(protocol, qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
@@ -92,25 +89,29 @@ def synth_trajectory(tok, protocol: Protocol, sample: dict, retriever: Retriever
         t.turns.append(Turn(action_text=action, kind="search", queries=qs,
                             passage_ids=[[h.id for h in hs] for hs in hits], observation=obs))
         t.num_searches += 1
-    answer = sample["answers"][0]
-    action = render_answer(protocol, answer, "The documents give the answer.")
-    _append(t, tok, action, [])
-    t.turns.append(Turn(action_text=action, kind="answer"))
-    t.answer, t.num_turns, t.stop_reason = answer, len(plan) + 1, "answer"
-    return t
+    return _finish(t, tok, protocol, sample["answers"][0], "The documents give the answer.")
 
 
 def direct_trajectory(tok, protocol: Protocol, sample: dict) -> Trajectory:
     """An episode that answers at once, with no search (the other action the policy can take)."""
+    t = _start(tok, protocol, sample)
+    return _finish(t, tok, protocol, sample["answers"][0], "I can answer this without searching.")
+
+
+def _start(tok, protocol: Protocol, sample: dict) -> Trajectory:
+    """A trajectory holding only the prompt (masked out of the loss)."""
     p_ids = prompt_ids(tok, protocol, sample["question"])
-    t = Trajectory(sample_id=str(sample["id"]), question=sample["question"], golds=list(sample["answers"]),
-                   token_ids=list(p_ids), action_mask=[0] * len(p_ids), logprobs=[0.0] * len(p_ids),
-                   prompt_len=len(p_ids))
-    answer = sample["answers"][0]
-    action = render_answer(protocol, answer, "I can answer this without searching.", first=True)
+    return Trajectory(sample_id=str(sample["id"]), question=sample["question"], golds=list(sample["answers"]),
+                      token_ids=list(p_ids), action_mask=[0] * len(p_ids), logprobs=[0.0] * len(p_ids),
+                      prompt_len=len(p_ids))
+
+
+def _finish(t: Trajectory, tok, protocol: Protocol, answer: str, thought: str) -> Trajectory:
+    """Append the answer turn; with no search before it, it opens its own thought block."""
+    action = render_answer(protocol, answer, thought, first=not t.turns)
     _append(t, tok, action, [])
     t.turns.append(Turn(action_text=action, kind="answer"))
-    t.answer, t.num_turns, t.stop_reason = answer, 1, "answer"
+    t.answer, t.num_turns, t.stop_reason = answer, len(t.turns), "answer"
     return t
 
 
