@@ -107,9 +107,9 @@ def make_optimizer(groups: list[dict], *, lr: float, weight_decay: float, shard:
 
 def optimizer_state_bytes(optimizer) -> int:
     """Bytes of optimizer state this rank holds (the local shard under ZeRO)."""
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-
-    local = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    # ZeroRedundancyOptimizer keeps its shard's optimizer in `.optim`; not importing it here
+    # keeps torch.distributed.optim (and its torch.jit warnings) off single-process runs.
+    local = getattr(optimizer, "optim", optimizer)
     return sum(t.numel() * t.element_size() for st in local.state.values()
                for t in st.values() if torch.is_tensor(t))
 
