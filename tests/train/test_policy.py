@@ -70,3 +70,34 @@ def test_forward_actions_is_zero_off_the_action_mask_and_values_come_from_one_pa
     ids2[1:, 5] += 1                                      # rows now differ from position 5 on
     out2 = forward_actions(model, ids2, attn, act)
     assert torch.allclose(out2["logprobs"][0], out["logprobs"][0], atol=1e-5)
+
+
+def test_device_names_resolve_or_fail_with_a_clear_error(monkeypatch):
+    import pytest
+
+    from ragrl.errors import ConfigError
+    from ragrl.train.policy import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)   # a CPU-only machine
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        resolve_device("cuda:0")
+    with pytest.raises(ConfigError, match="model.device must be"):
+        resolve_device("gpu please")
+
+
+def test_build_policy_places_model_and_value_head_on_the_configured_device(tiny_model_dir):
+    from ragrl.train.batch import TrajBatch
+    from ragrl.train.config import ModelConfig
+    from ragrl.train.policy import build_policy
+
+    model, _, head = build_policy(ModelConfig(name=str(tiny_model_dir), device="cpu", lora_r=4),
+                                  with_value_head=True)
+    devices = {p.device for p in model.parameters()} | {p.device for p in head.parameters()}
+    assert devices == {torch.device("cpu")}
+    ids, attn, act = _batch()
+    batch = TrajBatch(ids, attn, act, torch.zeros_like(act), torch.zeros(4), torch.arange(4))
+    moved = batch.to("meta")                      # every tensor moves, shapes and dtypes kept
+    assert all(t.device.type == "meta" for t in moved._tensors())
+    assert [(t.shape, t.dtype) for t in moved._tensors()] == [(t.shape, t.dtype) for t in batch._tensors()]

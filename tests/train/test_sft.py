@@ -12,7 +12,7 @@ from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.inprocess import make_retriever
 from ragrl.rollout.episode import RolloutConfig
 from ragrl.train.recipe import answer_visible
-from ragrl.train.sft import _with_gold, run_sft, synth_trajectory
+from ragrl.train.sft import READ_THOUGHT, _with_gold, run_sft, synth_trajectory
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,13 @@ def test_synthesised_episode_layout(smollm2_policy, demo_bm25_dir, passages, age
     # the protocol reads its own synthesised episode as well formed, with the gold answer
     assert protocol.is_valid_format("".join(x.action_text + x.observation for x in t.turns))
     assert t.answer == sample["answers"][0] and t.num_searches == (1 if agent == "rag_r1" else max_turns - 1)
+    # The answer follows the documents with no fixed sentence before it for the policy to copy
+    # into the answer (R1-Searcher must still close the <think> its query opened).
+    answer_turn = t.turns[-1].action_text
+    if agent == "r1_searcher":
+        assert answer_turn.lstrip().startswith(READ_THOUGHT)
+    else:
+        assert answer_turn.startswith(protocol.answer[0]) and protocol.think[0] not in answer_turn
     retrieved = set(t.retrieved_ids)
     if max_turns == 2 or agent == "rag_r1":  # one search: every gold passage is in its results
         assert set(sample["gold_passage_ids"]) <= retrieved

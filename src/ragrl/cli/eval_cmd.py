@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
         max_turns: int = typer.Option(4, "--max-turns", min=1),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         seed: int = typer.Option(0, "--seed"),
+        device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU if there is one), cpu, cuda or cuda:N"),
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:
         """Evaluate with greedy decoding; writes report.md/json, trajectories_*.jsonl and a bar chart."""
@@ -43,7 +44,9 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}", param_hint="--systems")
         samples = load_questions(data, limit=n)
         retriever = make_retriever(index) if index else default_retriever(TrainConfig())
-        lm, tok = load_policy(model)
+        from ragrl.train.policy import resolve_device
+
+        lm, tok = load_policy(model, device=resolve_device(device))
         if adapter is not None:
             from peft import PeftModel
 

@@ -31,6 +31,10 @@ class TrajBatch:
         length = int(self.attention_mask[idx].sum(1).max())
         return TrajBatch(*(t[idx][:, :length] if t.dim() == 2 else t[idx] for t in self._tensors()))
 
+    def to(self, device: torch.device | str) -> "TrajBatch":
+        """The same batch on `device` (the policy's: the losses run where the model is)."""
+        return TrajBatch(*(t.to(device) for t in self._tensors()))
+
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs,
                 self.scores, self.group_ids)

@@ -24,6 +24,8 @@ class ModelConfig:
     # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
     # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
     dtype: str = "float32"                # float32 | bfloat16 | float16 | auto (bf16 where native)
+    # Where the policy runs (and trains): auto = this rank's CUDA GPU when there is one, else CPU.
+    device: str = "auto"                  # auto | cpu | cuda | cuda:N
     max_batch_size: int = 64              # generation rows at once
 
 

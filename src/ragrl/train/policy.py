@@ -35,7 +35,7 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
     """Load the model named in cfg, wrap it in LoRA if asked; return (model, tokenizer, value_head)."""
     from ragrl.models.policy import load_policy
 
-    model, tok = load_policy(cfg.name, dtype=torch_dtype(cfg.dtype))
+    model, tok = load_policy(cfg.name, dtype=torch_dtype(cfg.dtype), device=resolve_device(cfg.device))
     model.config.use_cache = False
     if cfg.lora:
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -50,10 +50,38 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
                               target_modules=list(cfg.lora_targets), layers_to_transform=layers,
                               task_type="CAUSAL_LM")
             model = get_peft_model(model, lcfg)
-    value_head = ValueHead(model.config.hidden_size) if with_value_head else None
+    device = next(model.parameters()).device
+    value_head = ValueHead(model.config.hidden_size).to(device) if with_value_head else None
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    log.info("policy %s: %.1fM trainable parameters%s", cfg.name, n_train / 1e6, " (LoRA)" if cfg.lora else "")
+    log.info("policy %s on %s: %.1fM trainable parameters%s", cfg.name, device, n_train / 1e6,
+             " (LoRA)" if cfg.lora else "")
     return model, tok, value_head
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """The torch device for a config name (`model.device`).
+
+    "auto" is CUDA when a GPU is visible, else CPU; under a launcher (torchrun, accelerate) each
+    rank takes GPU LOCAL_RANK, so the same config runs on one GPU, eight, or none.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    import os
+
+    from ragrl.errors import ConfigError
+
+    if name == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N; got {name!r}") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"model.device is {name!r} but torch sees no CUDA GPU (set model.device=auto or cpu)")
+    return device
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -131,6 +159,8 @@ def forward_actions(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     `entropy`, `values` (zero off the action mask). The LM head runs only at action positions
     (ragrl.train.logprobs); values V(prefix before token t) read the hidden state at t-1.
     """
+    device = next(model.parameters()).device   # inputs may come from a CPU collate
+    input_ids, attention_mask, action_mask = (t.to(device) for t in (input_ids, attention_mask, action_mask))
     _, lm_head = decoder_and_head(model)
     hidden = shared_prefix_hidden_states(model, input_ids, attention_mask, action_mask)  # [B, L, H]
     logprobs, entropy = logprobs_from_hidden(hidden, lm_head, input_ids,

@@ -37,7 +37,10 @@ class Prepared:
 @torch.no_grad()
 def prepare(model, value_head, batch: TrajBatch, cfg: AlgoConfig, kl_coef: float,
             micro_batch_size: int) -> Prepared:
-    """Reference log-probs, old values and advantages for a rollout batch (no gradient)."""
+    """Reference log-probs, old values and advantages for a rollout batch (no gradient).
+
+    The batch moves to the policy's device first: every later tensor (targets, minibatches) lives there."""
+    batch = batch.to(next(model.parameters()).device)
     mask = batch.action_mask
     ref = values = None
     need_ref = kl_coef > 0
