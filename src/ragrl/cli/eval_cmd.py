@@ -42,11 +42,16 @@ def register(app: typer.Typer) -> None:
         bad = [s for s in chosen if s not in SYSTEMS]
         if bad or not chosen:
             raise typer.BadParameter(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}", param_hint="--systems")
-        samples = load_questions(data, limit=n)
-        retriever = make_retriever(index) if index else default_retriever(TrainConfig())
+        from ragrl.errors import ConfigError
         from ragrl.train.policy import resolve_device
 
-        lm, tok = load_policy(model, device=resolve_device(device))
+        try:   # before any work, and naming the flag rather than the config key
+            torch_device = resolve_device(device)
+        except ConfigError as error:
+            raise typer.BadParameter(str(error).replace("model.device", "--device"), param_hint="--device")
+        samples = load_questions(data, limit=n)
+        retriever = make_retriever(index) if index else default_retriever(TrainConfig())
+        lm, tok = load_policy(model, device=torch_device)
         if adapter is not None:
             from peft import PeftModel
 
