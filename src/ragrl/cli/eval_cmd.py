@@ -45,10 +45,10 @@ def register(app: typer.Typer) -> None:
         from ragrl.errors import ConfigError
         from ragrl.train.policy import resolve_device
 
-        try:   # before any work, and naming the flag rather than the config key
-            torch_device = resolve_device(device)
+        try:   # before any work
+            torch_device = resolve_device(device, setting="--device")
         except ConfigError as error:
-            raise typer.BadParameter(str(error).replace("model.device", "--device"), param_hint="--device")
+            raise typer.BadParameter(str(error), param_hint="--device")
         samples = load_questions(data, limit=n)
         retriever = make_retriever(index) if index else default_retriever(TrainConfig())
         lm, tok = load_policy(model, device=torch_device)

@@ -35,7 +35,8 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
     """Load the model named in cfg, wrap it in LoRA if asked; return (model, tokenizer, value_head)."""
     from ragrl.models.policy import load_policy
 
-    model, tok = load_policy(cfg.name, dtype=torch_dtype(cfg.dtype), device=resolve_device(cfg.device))
+    device = resolve_device(cfg.device)
+    model, tok = load_policy(cfg.name, dtype=torch_dtype(cfg.dtype), device=device)
     model.config.use_cache = False
     if cfg.lora:
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -50,7 +51,6 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
                               target_modules=list(cfg.lora_targets), layers_to_transform=layers,
                               task_type="CAUSAL_LM")
             model = get_peft_model(model, lcfg)
-    device = next(model.parameters()).device
     value_head = ValueHead(model.config.hidden_size).to(device) if with_value_head else None
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("policy %s on %s: %.1fM trainable parameters%s", cfg.name, device, n_train / 1e6,
@@ -58,8 +58,8 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
     return model, tok, value_head
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """The torch device for a config name (`model.device`).
+def resolve_device(name: str = "auto", setting: str = "model.device") -> torch.device:
+    """The torch device for a config name; errors name `setting` (the config key, or a CLI flag).
 
     "auto" is CUDA when a GPU is visible, else CPU; under a launcher (torchrun, accelerate) each
     rank takes GPU LOCAL_RANK, so the same config runs on one GPU, eight, or none.
@@ -78,9 +78,9 @@ def resolve_device(name: str = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as error:
-        raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N; got {name!r}") from error
+        raise ConfigError(f"{setting} must be auto, cpu, cuda or cuda:N; got {name!r}") from error
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"model.device is {name!r} but torch sees no CUDA GPU (set model.device=auto or cpu)")
+        raise ConfigError(f"{setting} is {name!r} but torch sees no CUDA GPU (set {setting}=auto or cpu)")
     return device
 
 

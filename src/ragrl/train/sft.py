@@ -26,6 +26,9 @@ from ragrl.train.policy import forward_actions
 log = logging.getLogger("ragrl.sft")
 
 
+READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its open <think>
+
+
 def render_search(p: Protocol, queries: list[str], thought: str, first: bool) -> str:
     """One search action in protocol `p`'s tags (several queries joined by ';' for rag_r1)."""
     q = "; ".join(queries)
@@ -43,9 +46,6 @@ def render_answer(p: Protocol, answer: str, thought: str | None, first: bool = F
         return f"{lead} {thought or READ_THOUGHT} {p.think[1]}\n{p.answer[0]} {answer} {p.answer[1]}"
     think = f"{p.think[0]}{thought}{p.think[1]}\n" if thought and getattr(p, "think", None) else ""
     return f"{think}{p.answer[0]} {answer} {p.answer[1]}"
-
-
-READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its open <think>
 
 
 def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:

@@ -179,7 +179,7 @@ class Trainer:
         t_reward = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.model.train()
-        batch = collate(trajs, self.tok.pad_token_id).to(next(self.model.parameters()).device)
+        batch = collate(trajs, self.tok.pad_token_id)   # `prepare` moves it to the policy's device
         prep = prepare(self.model, self.value_head, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
         g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
         ustats = ppo_update(self.model, self.value_head, self.optimizer, prep, cfg.algo, self.kl.value,
