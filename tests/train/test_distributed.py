@@ -115,22 +115,11 @@ def test_zero1_sharded_adam_takes_the_replicated_step_with_half_the_state_per_ra
     assert all(torch.equal(full[i]["exp_avg_sq"], plain[i]["exp_avg_sq"]) for i in plain)
 
 
-def test_sharding_follows_the_launcher_unless_set(monkeypatch):
-    from ragrl.train.distributed import wants_sharded_optimizer
-
-    for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
-        monkeypatch.delenv(k, raising=False)
-    assert not wants_sharded_optimizer(None, 2)
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    assert wants_sharded_optimizer(None, 2) and not wants_sharded_optimizer(None, 1)
-    assert not wants_sharded_optimizer(False, 2) and wants_sharded_optimizer(True, 2)
-
-
 @pytest.mark.parametrize("launcher", ["ddp", "fsdp", "deepspeed"])
 def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, tmp_path, launcher):
-    """`accelerate launch` runs `ragrl train` unchanged. With --use_fsdp or --use_deepspeed the
-    optimizer state is sharded (ZeRO-1); the checkpoint holds the whole consolidated state, and
-    --resume goes on from it."""
+    """`accelerate launch` runs `ragrl train` unchanged. With --use_fsdp the parameters are
+    sharded (FSDP2), with --use_deepspeed the optimizer state (ZeRO-1); either way the checkpoint
+    holds the whole state, and --resume goes on from it."""
     from tests.train.test_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.train.run_dir import read_metrics
@@ -164,7 +153,8 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
 
     log = launch()
     assert "rank 0 of 2 (gloo)" in log and "rank 1 of 2 (gloo)" in log
-    assert ("sharded over 2 ranks" in log) == (launcher != "ddp")
+    assert ("parameters sharded over the process group (FSDP2)" in log) == (launcher == "fsdp")
+    assert ("optimizer state sharded over 2 ranks (ZeRO-1)" in log) == (launcher == "deepspeed")
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [0]  # one writer: rank 0
     assert rows[0]["turns"] > 0 and rows[0]["updates"] == 1

@@ -12,6 +12,10 @@ Layout of one run's checkpoints:
       step_000020/
       latest                        text file naming the newest complete checkpoint dir
 
+Sharded (FSDP) models are saved in this same single-process format: the trainer gathers the
+shards and passes `model_state` / `optimizer_state` to rank 0's `save_checkpoint`; on load each
+rank reads the whole tensors and keeps its shard (ragrl.train.fsdp).
+
 Why it survives a kill at any instant: a checkpoint is written into `.tmp_step_...`, every file
 is fsynced, and only then is the directory renamed to `step_...` (rename is atomic). The `latest`
 marker is replaced atomically after that. A kill leaves either the old marker (pointing at an old,
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors.torch import load_file, load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from ragrl.errors import RagrlError
@@ -62,11 +66,13 @@ def step_dir_name(step: int) -> str:
 
 def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer=None, scheduler=None,
                     extra: dict | None = None, extra_modules: dict[str, nn.Module] | None = None,
-                    keep_last: int | None = 3) -> Path:
+                    keep_last: int | None = 3, model_state: dict | None = None,
+                    optimizer_state: dict | None = None) -> Path:
     """Write `run_dir/checkpoints/step_{step:06d}/` atomically and point `latest` at it.
 
     `extra` must be JSON-serialisable (it goes to trainer_state.json). `keep_last=None` keeps
-    every checkpoint. Returns the final checkpoint directory.
+    every checkpoint. `model_state` / `optimizer_state`: whole-tensor state dicts to write
+    instead of the live objects' own (a sharded model's, gathered). Returns the final dir.
     """
     if step < 0:
         raise RagrlError(f"checkpoint step must be >= 0, got {step}")
@@ -85,11 +91,12 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer=Non
     tmp = root / f"{TMP_PREFIX}{name}"
     tmp.mkdir()
 
-    _save_model_weights(model, tmp)
+    _save_model_weights(model, tmp, model_state)
     for mod_name, module in extra_modules.items():
         save_model(module, str(tmp / f"{mod_name}.safetensors"))
     if optimizer is not None:
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(optimizer_state if optimizer_state is not None else optimizer.state_dict(),
+                   tmp / "optimizer.pt")
     if scheduler is not None:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(get_rng_state(), tmp / "rng.pt")
@@ -135,20 +142,37 @@ def _is_peft(model: nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
-def _save_model_weights(model: nn.Module, out: Path) -> None:
+def _save_model_weights(model: nn.Module, out: Path, state: dict | None = None) -> None:
     if _is_peft(model):
         from peft import get_peft_model_state_dict
         saved = sum(t.numel() for a in model.peft_config
-                    for t in get_peft_model_state_dict(model, adapter_name=a).values())
+                    for t in get_peft_model_state_dict(model, state_dict=state, adapter_name=a).values())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if trainable > saved:
             log.warning("%d trainable parameters are outside the LoRA adapter and will not be "
                         "checkpointed; pass their modules as extra_modules", trainable - saved)
-        model.save_pretrained(str(out), safe_serialization=True)
+        model.save_pretrained(str(out), safe_serialization=True, state_dict=state)
+    elif state is not None:
+        # One name per tied group (as save_model writes): the copies gathered from shards no
+        # longer share storage, so the groups come from the live model's parameters.
+        save_file({k: v.contiguous() for k, v in state.items() if k not in _tied_duplicates(model)},
+                  str(out / FULL_WEIGHTS), metadata={"format": "pt"})
     else:
         # save_model drops the duplicate names of tied weights (lm_head ↔ embed_tokens), which a
         # plain safetensors save_file of the state dict would refuse.
         save_model(model, str(out / FULL_WEIGHTS))
+
+
+def _tied_groups(model: nn.Module) -> list[list[str]]:
+    """Names sharing one parameter object (e.g. lm_head.weight ↔ model.embed_tokens.weight)."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _tied_duplicates(model: nn.Module) -> set[str]:
+    return {n for g in _tied_groups(model) for n in g[1:]}
 
 
 def _fsync_tree(top: Path) -> None:
@@ -252,7 +276,10 @@ def load_checkpoint(ckpt_dir: Path, *, model: nn.Module, optimizer=None, schedul
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise RagrlError(f"checkpoint file {ckpt_dir / STATE_FILE} has no integer 'step'")
 
-    if _is_peft(model):
+    from ragrl.train.fsdp import is_sharded, shard_optimizer_state
+    if is_sharded(model):
+        _load_into_sharded(ckpt_dir, model)
+    elif _is_peft(model):
         _load_adapters(ckpt_dir, model)
     else:
         path = ckpt_dir / FULL_WEIGHTS
@@ -264,6 +291,7 @@ def load_checkpoint(ckpt_dir: Path, *, model: nn.Module, optimizer=None, schedul
         _load(ckpt_dir / f"{name}.safetensors", lambda p: load_model(module, str(p), strict=True))
     if optimizer is not None:
         _load(ckpt_dir / "optimizer.pt", lambda p: optimizer.load_state_dict(_torch_load(p)))
+        shard_optimizer_state(optimizer)   # a no-op unless the parameters are sharded
     if scheduler is not None:
         _load(ckpt_dir / "scheduler.pt", lambda p: scheduler.load_state_dict(_torch_load(p)))
     if restore_rng:
@@ -307,3 +335,31 @@ def _load_adapters(ckpt_dir: Path, model: nn.Module) -> None:
             raise RagrlError(f"checkpoint file {adir / ADAPTER_WEIGHTS} does not fit the model's "
                              f"adapter {adapter!r}: unexpected {result.unexpected_keys[:3]}, "
                              f"missing {missing[:3]}")
+
+
+def _load_into_sharded(ckpt_dir: Path, model: nn.Module) -> None:
+    """Whole tensors from the checkpoint into a sharded (FSDP) model: each rank keeps its shard."""
+    from ragrl.train.fsdp import load_full_state_dict
+    own = model.state_dict().keys()
+    if _is_peft(model):
+        # The adapter file names `…lora_A.weight`; the live module `…lora_A.<adapter>.weight`.
+        state = {}
+        for adapter in model.peft_config:
+            adir = ckpt_dir if adapter == "default" else ckpt_dir / adapter
+            saved = _load(adir / ADAPTER_WEIGHTS, lambda p: load_file(str(p)))
+            mine = {k.replace(f".{adapter}.", "."): k for k in own if "lora_" in k and f".{adapter}." in k}
+            if sorted(saved) != sorted(mine):
+                raise RagrlError(f"checkpoint file {adir / ADAPTER_WEIGHTS} does not fit the model's adapter "
+                                 f"{adapter!r}: unexpected {sorted(set(saved) - set(mine))[:3]}, "
+                                 f"missing {sorted(set(mine) - set(saved))[:3]}")
+            state.update({mine[k]: v for k, v in saved.items()})
+        _load(ckpt_dir / ADAPTER_WEIGHTS, lambda p: load_full_state_dict(model, state, strict=False))
+        return
+    path = ckpt_dir / FULL_WEIGHTS
+    state = _load(path, lambda p: load_file(str(p)))
+    for group in _tied_groups(model):   # put back the names save_file dropped
+        have = next((n for n in group if n in state), None)
+        for n in group:
+            if have is not None:
+                state.setdefault(n, state[have])
+    _load(path, lambda p: load_full_state_dict(model, state, strict=True))

@@ -87,9 +87,12 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     save_every: int = 5
     keep_last: int = 2
-    # ZeRO-1 under several ranks: each rank keeps Adam's state for its share of the parameters
-    # only. None: on when the launcher asked for sharding (`accelerate launch --use_fsdp` or
-    # `--use_deepspeed`), off otherwise. Parameters and gradients stay replicated.
+    # FSDP2 under several ranks (ragrl.train.fsdp): each rank stores 1/world of every weight,
+    # gradient and Adam moment. None: on under `accelerate launch --use_fsdp`, off otherwise.
+    shard_params: bool | None = None
+    # ZeRO-1 under several ranks, when parameters are not sharded: each rank keeps Adam's state
+    # for its share of the parameters only; parameters and gradients stay replicated. None: on
+    # under `accelerate launch --use_deepspeed`, off otherwise.
     shard_optimizer: bool | None = None
     eval_every: int = 0                   # 0: only at the end
     reward: dict = field(default_factory=lambda: {"f1": 1.0})

@@ -1,19 +1,21 @@
 """Data-parallel glue: one trainer process per rank, gradients all-reduced (DDP style).
 
-What is supported: N identical processes started by `torchrun` or `accelerate launch`, each
-holding a full copy of the model. Each rank rolls out its own slice of the step's questions;
+What is supported: N identical processes started by `torchrun` or `accelerate launch`. Each rank rolls out its own slice of the step's questions;
 `update.py` divides every loss by the *global* token (or sequence) count and sums gradients
 over ranks, so N ranks with B/N rows each take the same optimizer step as one process with B.
-Optimizer-state sharding (ZeRO stage 1, `shard_optimizer`, on by default when `accelerate
-launch --use_fsdp / --use_deepspeed` asked for sharding): each rank keeps Adam's moments for
-its share of the parameters, steps that share, and broadcasts it; parameters and gradients
-stay replicated (no parameter sharding: FSDP/ZeRO-3 proper is not implemented).
+Two ways to shard:
+  * parameters (FSDP2, `shard_params`, on by default under `accelerate launch --use_fsdp`;
+    ragrl.train.fsdp): each rank stores 1/world of every weight, gradient and Adam moment;
+  * optimizer state only (ZeRO stage 1, `shard_optimizer`, on by default under `accelerate
+    launch --use_deepspeed`): each rank keeps Adam's moments for its share of the parameters,
+    steps that share, and broadcasts it; parameters and gradients stay replicated.
 
 How to start it:
 
     torchrun --nproc_per_node 2 -m ragrl.cli.main train search_r1_grpo --variant tiny
     accelerate launch --multi_gpu --num_processes 2 -m ragrl.cli.main train ...
-    accelerate launch --use_fsdp --num_processes 2 -m ragrl.cli.main train ...   # + ZeRO-1
+    accelerate launch --use_fsdp --num_processes 2 -m ragrl.cli.main train ...   # FSDP2
+    accelerate launch --use_deepspeed --num_processes 2 -m ragrl.cli.main train ...   # ZeRO-1
 
 Note: `accelerate launch --cpu --num_processes 2` starts ONE process unless an MPI hostfile is
 given (accelerate's CPU launcher is mpirun); on a CPU-only host `--multi_gpu` is what makes it
@@ -72,17 +74,21 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
     return rank, world
 
 
-SHARDING_ENV = ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")
-
-
-def wants_sharded_optimizer(setting: bool | None, world: int) -> bool:
-    """Whether to shard optimizer state: never on one rank; `setting` when given; else on
-    when the launcher asked for FSDP or DeepSpeed (accelerate sets these variables)."""
+def wants_sharded_params(setting: bool | None, world: int) -> bool:
+    """Whether to shard parameters (FSDP2, ragrl.train.fsdp): never on one rank; `setting`
+    when given; else on when the launcher asked for FSDP (accelerate sets ACCELERATE_USE_FSDP)."""
     if world <= 1:
         return False
-    if setting is not None:
-        return bool(setting)
-    return any(_env_flag(k) for k in SHARDING_ENV)
+    return bool(setting) if setting is not None else _env_flag("ACCELERATE_USE_FSDP")
+
+
+def wants_sharded_optimizer(setting: bool | None, world: int, params_sharded: bool = False) -> bool:
+    """Whether to wrap the optimizer in ZeRO-1: never on one rank or over sharded parameters
+    (their Adam state is sharded already); `setting` when given; else on when the launcher
+    asked for DeepSpeed (accelerate sets ACCELERATE_USE_DEEPSPEED)."""
+    if world <= 1 or params_sharded:
+        return False
+    return bool(setting) if setting is not None else _env_flag("ACCELERATE_USE_DEEPSPEED")
 
 
 def _env_flag(name: str) -> bool:
@@ -109,9 +115,12 @@ def optimizer_state_bytes(optimizer) -> int:
     """Bytes of optimizer state this rank holds (the local shard under ZeRO)."""
     # ZeroRedundancyOptimizer keeps its shard's optimizer in `.optim`; not importing it here
     # keeps torch.distributed.optim (and its torch.jit warnings) off single-process runs.
+    from ragrl.train.fsdp import is_dtensor
     local = getattr(optimizer, "optim", optimizer)
-    return sum(t.numel() * t.element_size() for st in local.state.values()
-               for t in st.values() if torch.is_tensor(t))
+    # An FSDP parameter's moments are DTensors: count the shard this rank holds.
+    tensors = [t.to_local() if is_dtensor(t) else t for st in local.state.values()
+               for t in st.values() if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def check_divisible(questions_per_step: int, world: int) -> None:

@@ -18,6 +18,7 @@ from torch import nn
 
 from ragrl.algos.masked import AlgoInputError
 from ragrl.errors import ModelError
+from ragrl.train.fsdp import is_sharded, root_decoder_states
 
 
 def decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -48,8 +49,11 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def decoder_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Final hidden states (after the last norm) of the decoder body: [B, L] → [B, L, H]."""
     decoder, _ = decoder_and_head(model)
-    out = decoder(input_ids=input_ids, attention_mask=attention_mask,
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask,
                   position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+    if is_sharded(model):   # through the root's forward, so FSDP gathers the root's weights
+        return root_decoder_states(model, decoder, **inputs)
+    out = decoder(**inputs)
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 

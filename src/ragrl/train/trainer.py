@@ -31,8 +31,9 @@ from ragrl.rollout.episode import run_episodes
 from ragrl.train.batch import collate
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ragrl.train.config import TrainConfig
-from ragrl.train.distributed import (check_divisible, init_distributed, make_optimizer,
-                                     optimizer_state_bytes, reduce_metrics, wants_sharded_optimizer)
+from ragrl.train.distributed import (check_divisible, init_distributed, make_optimizer, optimizer_state_bytes,
+                                     reduce_metrics, wants_sharded_optimizer, wants_sharded_params)
+from ragrl.train.fsdp import full_optimizer_state, full_params, full_state_dict, shard_params
 from ragrl.train.policy import build_policy
 from ragrl.train.rng import seed_everything
 from ragrl.train.run_dir import MetricsLogger, prepare_run_dir, setup_file_logging, write_resolved_config
@@ -81,11 +82,16 @@ class Trainer:
         self.model, self.tok, self.value_head = model_bundle or build_policy(cfg.model, with_value_head=with_value)
         self.protocol = get_protocol(cfg.agent)
         self.retriever = retriever if retriever is not None else default_retriever(cfg)
+        # FSDP2 swaps each weight for its shard in place, so it comes before the optimizer is
+        # built; the engine keeps the same module (rollouts run inside `full_params`).
+        self.params_sharded = wants_sharded_params(cfg.shard_params, self.world)
+        if self.params_sharded:
+            shard_params(self.model)
         self.engine = make_train_engine(cfg, self.model, self.tok)
         self.questions = load_questions(cfg.data.train)
         params = [p for p in self.model.parameters() if p.requires_grad]
         extra = list(self.value_head.parameters()) if self.value_head is not None else []
-        self.sharded = wants_sharded_optimizer(cfg.shard_optimizer, self.world)
+        self.sharded = wants_sharded_optimizer(cfg.shard_optimizer, self.world, self.params_sharded)
         self.optimizer = make_optimizer([{"params": params}, {"params": extra}], lr=cfg.lr,
                                         weight_decay=cfg.weight_decay, shard=self.sharded)
         if self.sharded:
@@ -137,11 +143,13 @@ class Trainer:
             bar.close()
             if logger is not None:
                 logger.close()
+        # Under FSDP the final adapter is gathered by every rank; rank 0 writes it.
+        final_state = full_state_dict(self.model) if self.params_sharded else None
         if self.rank == 0:
-            self._finish()
+            self._finish(final_state)
         return rows
 
-    def _finish(self) -> None:
+    def _finish(self, state: dict | None = None) -> None:
         """Final adapter (for chained stages) and training-curve plots."""
         from ragrl.eval.plots import line_plot
         from ragrl.train.run_dir import read_metrics
@@ -151,7 +159,7 @@ class Trainer:
 
             final, tmp = self.run_dir / "final_adapter", self.run_dir / ".tmp_final_adapter"
             shutil.rmtree(tmp, ignore_errors=True)
-            self.model.save_pretrained(tmp)
+            self.model.save_pretrained(tmp, state_dict=state)
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
         rows = read_metrics(self.run_dir)
@@ -167,8 +175,9 @@ class Trainer:
         samples = [self.questions[i] for i in idx]
         self.model.eval()
         rcfg = replace(cfg.rollout, seed=cfg.seed * 1_000_003 + self.step * 101 + self.rank)
-        trajs, rstats = run_episodes(self.engine, self.protocol, self.retriever, samples, rcfg,
-                                     group_offset=self.rank * cfg.questions_per_step)
+        with full_params(self.model):   # ranks generate different lengths: no per-layer gathers
+            trajs, rstats = run_episodes(self.engine, self.protocol, self.retriever, samples, rcfg,
+                                         group_offset=self.rank * cfg.questions_per_step)
         t_rollout = time.perf_counter() - t_start
         t0 = time.perf_counter()
         reward_fn = make_reward(self.rewards.at(self.step))
@@ -191,7 +200,7 @@ class Trainer:
         t_update = time.perf_counter() - t0
         row = self._row(trajs, rstats, ustats, prep.stats, t_rollout, t_reward, t_update,
                         time.perf_counter() - t_start)
-        # Bytes of Adam state on this rank (a 1/world share under ZeRO-1); the mean over ranks.
+        # Bytes of Adam state on this rank (a 1/world share under ZeRO-1 or FSDP); the mean over ranks.
         row["optimizer_state_mb"] = optimizer_state_bytes(self.optimizer) / 2**20
         # Under several ranks: the step's metrics over all ranks' trajectories (rank 0 logs them).
         return reduce_metrics(row, weight=len(trajs), summed=("tokens_per_s",))
@@ -207,7 +216,8 @@ class Trainer:
         ecfg = EvalConfig(agent=self.cfg.agent, systems=["agent"], n=len(samples), seed=self.cfg.seed,
                           topk=self.cfg.rollout.topk, rollout=replace(self.cfg.rollout, temperature=0.0, n=1))
         self.model.eval()
-        res = evaluate(self.engine, self.retriever, samples, ecfg)[self.cfg.agent]
+        with full_params(self.model):
+            res = evaluate(self.engine, self.retriever, samples, ecfg)[self.cfg.agent]
         s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
         out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
                for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
@@ -248,9 +258,13 @@ class Trainer:
     def _save(self) -> None:
         if self.sharded:   # a collective: every rank sends its shard of the state to rank 0
             self.optimizer.consolidate_state_dict(to=0)
+        model_state = opt_state = None
+        if self.params_sharded:   # collectives too: the checkpoint holds whole tensors
+            model_state, opt_state = full_state_dict(self.model), full_optimizer_state(self.optimizer)
         if self.rank != 0:
             return
         save_checkpoint(self.run_dir, self.step, model=self.model, optimizer=self.optimizer,
+                        model_state=model_state, optimizer_state=opt_state,
                         scheduler=self.scheduler, extra={"step": self.step, "kl": self.kl.state_dict()},
                         keep_last=self.cfg.keep_last, extra_modules=self._extra_modules())
 

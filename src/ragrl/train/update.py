@@ -19,6 +19,7 @@ from ragrl.algos.registry import compute_advantages
 from ragrl.train.batch import TrajBatch
 from ragrl.train.config import AlgoConfig
 from ragrl.train.distributed import all_sum, is_distributed
+from ragrl.train.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 from ragrl.train.policy import forward_actions, reference_context
 
 
@@ -77,6 +78,7 @@ def prepare(model, value_head, batch: TrajBatch, cfg: AlgoConfig, kl_coef: float
     # Group estimators read `scores`; a KL-in-reward penalty only reaches token-level ones.
     adv, ret = compute_advantages(cfg.estimator, scores=batch.scores, token_rewards=token_rewards,
                                   values=values, mask=mask, group_ids=batch.group_ids, **settings)
+    reshard(model)   # FSDP keeps the root's weights gathered after a forward with no backward
     return Prepared(batch, adv, ret, values, ref, stats)
 
 
@@ -89,6 +91,7 @@ def ppo_update(model, value_head, optimizer, prep: Prepared, cfg: AlgoConfig, kl
     if value_head is not None:
         params += list(value_head.parameters())
     agg = cfg.loss_agg
+    sharded = is_sharded(model)
     # minibatch_size counts trajectories over all ranks: each rank takes its share, so N ranks
     # make as many optimizer steps per epoch as one process (ranks hold equal row counts).
     world = dist.get_world_size() if is_distributed() else 1
@@ -110,7 +113,8 @@ def ppo_update(model, value_head, optimizer, prep: Prepared, cfg: AlgoConfig, kl
                 for k, v in st.items():
                     stats_sum[k] = stats_sum.get(k, 0.0) + v
             _sync_grads(params)
-            gn = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            gn = (clip_grad_norm(params, max_grad_norm) if sharded
+                  else torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
             stats_sum["grad_norm"] = stats_sum.get("grad_norm", 0.0) + float(gn)
             optimizer.step()
             n_updates += 1
@@ -155,10 +159,13 @@ def _micro_step(model, value_head, prep: Prepared, idx: torch.Tensor, cfg: AlgoC
 
 
 def _sync_grads(params: list[torch.nn.Parameter]) -> None:
-    """Sum gradients over ranks (each rank's loss is already divided by the global count)."""
+    """Sum gradients over ranks (each rank's loss is already divided by the global count).
+    Sharded (FSDP) parameters are skipped: their backward already reduce-scattered the sum."""
     if not is_distributed():
         return
     for p in params:
+        if is_dtensor(p):
+            continue
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         dist.all_reduce(p.grad)
