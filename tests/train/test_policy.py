@@ -101,3 +101,49 @@ def test_build_policy_places_model_and_value_head_on_the_configured_device(tiny_
     moved = batch.to("meta")                      # every tensor moves, shapes and dtypes kept
     assert all(t.device.type == "meta" for t in moved._tensors())
     assert [(t.shape, t.dtype) for t in moved._tensors()] == [(t.shape, t.dtype) for t in batch._tensors()]
+
+
+def test_a_warm_started_runs_kl_reference_is_the_policy_it_starts_from(tiny_model_dir, tmp_path):
+    """After an SFT warm start (or from `model.init_adapter`) the KL reference is the warm-started
+    policy, frozen: not the base model under the adapter, and not moved by RL's updates."""
+    from ragrl.train.config import ModelConfig
+    from ragrl.train.policy import build_policy, freeze_reference, reference_context
+    from ragrl.train.rng import seed_everything
+
+    seed_everything(0)
+    model, _, _ = build_policy(ModelConfig(name=str(tiny_model_dir), lora=True, lora_r=4, lora_alpha=8))
+    with torch.no_grad():   # stand-in for SFT: a non-zero adapter
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.05 * torch.randn_like(p))
+    ids = torch.randint(0, 1000, (2, 12), generator=torch.Generator().manual_seed(0))
+    attn, act = torch.ones_like(ids), torch.ones_like(ids)
+    act[:, :4] = 0
+    lp = lambda: forward_actions(model, ids, attn, act)["logprobs"].detach()  # noqa: E731
+
+    def ref_lp():
+        with torch.no_grad(), reference_context(model):
+            return lp()
+
+    with model.disable_adapter():
+        base = lp()
+    start = lp()
+    assert (start - base).abs().max() > 1e-3
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    freeze_reference(model)
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable   # the copy is frozen
+    assert torch.allclose(ref_lp(), start, atol=1e-6)
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable   # still, after switching
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    (-(forward_actions(model, ids, attn, act)["logprobs"]).sum()).backward()
+    opt.step()
+    assert (lp() - start).abs().max() > 1e-3                     # RL moved the policy ...
+    assert torch.allclose(ref_lp(), start, atol=1e-6)            # ... and not its reference
+
+    # From a saved adapter (`model.init_adapter`, as `ragrl train` chains SFT into RL): the same.
+    model.save_pretrained(tmp_path / "a", selected_adapters=["default"])
+    seed_everything(0)
+    again, _, _ = build_policy(ModelConfig(name=str(tiny_model_dir), lora=True, lora_r=4, lora_alpha=8,
+                                           init_adapter=str(tmp_path / "a")))
+    model = again
+    assert torch.allclose(ref_lp(), lp(), atol=1e-6) and (lp() - base).abs().max() > 1e-3

@@ -7,12 +7,14 @@ builds no autograd graph, which roughly halves the backward cost on CPU.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 
 import torch
 from torch import nn
 
 from ragrl.train.config import ModelConfig
+from ragrl.train.fsdp import is_sharded, root_decoder_states
 from ragrl.train.logprobs import decoder_and_head, decoder_hidden_states, logprobs_from_hidden
 
 log = logging.getLogger("ragrl.train")
@@ -43,6 +45,7 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
 
         if cfg.init_adapter:
             model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+            freeze_reference(model)   # KL is measured against the policy this run starts from
         else:
             n_layers = model.config.num_hidden_layers
             top = cfg.lora_layers
@@ -113,10 +116,49 @@ def _cpu_has_native_bf16() -> bool:
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 
+REFERENCE_ADAPTER = "reference"
+
+
+def freeze_reference(model: nn.Module) -> None:
+    """Make the current LoRA adapter's weights the KL reference as well: a frozen copy named
+    `reference` (a warm-started run's reference is the policy RL starts from, not the base model
+    under it, which never saw the tag protocol). The copy costs the adapter's size (~1.3M values)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    if not hasattr(model, "peft_config"):
+        return
+    active = model.active_adapter
+    state = get_peft_model_state_dict(model, adapter_name=active)
+    if REFERENCE_ADAPTER in model.peft_config:
+        model.delete_adapter(REFERENCE_ADAPTER)
+    model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
+    set_peft_model_state_dict(model, state, adapter_name=REFERENCE_ADAPTER)
+    model.set_adapter(active)
+    _freeze(model)
+
+
+def _freeze(model: nn.Module) -> None:
+    for name, p in model.named_parameters():
+        if f".{REFERENCE_ADAPTER}." in name:
+            p.requires_grad_(False)
+
+
+@contextlib.contextmanager
 def reference_context(model: nn.Module):
-    """Context in which `model` computes the reference policy (LoRA adapters off)."""
+    """Context in which `model` computes the reference policy: the frozen `reference` adapter
+    when `freeze_reference` made one, else the base model (LoRA adapters off)."""
     m = model.module if hasattr(model, "module") and hasattr(model.module, "disable_adapter") else model
-    return m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()
+    if REFERENCE_ADAPTER in getattr(m, "peft_config", {}):
+        active = m.active_adapter
+        m.set_adapter(REFERENCE_ADAPTER)
+        try:
+            yield
+        finally:
+            m.set_adapter(active)
+            _freeze(m)   # peft's set_adapter marks the adapter it activates as trainable
+        return
+    with (m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()):
+        yield
 
 
 def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -140,13 +182,16 @@ def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, atten
     if B == 1 or P < min_prefix:
         return decoder_hidden_states(model, input_ids, attention_mask)
     decoder, _ = decoder_and_head(model)
+    # Under FSDP the decoder runs through the root's forward, so the root's weights get gathered.
+    run = (lambda **kw: root_decoder_states(model, decoder, **kw)) if is_sharded(model) else \
+        (lambda **kw: decoder(**kw).last_hidden_state)
     cache = DynamicCache()
     pos = torch.arange(L, device=input_ids.device)[None]
-    head = decoder(input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P], position_ids=pos[:, :P],
-                   past_key_values=cache, use_cache=True).last_hidden_state          # [1, P, H]
+    head = run(input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P], position_ids=pos[:, :P],
+               past_key_values=cache, use_cache=True)                                 # [1, P, H]
     cache.batch_repeat_interleave(B)
-    tail = decoder(input_ids=input_ids[:, P:], attention_mask=attention_mask, position_ids=pos[:, P:].expand(B, -1),
-                   past_key_values=cache, use_cache=True).last_hidden_state          # [B, L-P, H]
+    tail = run(input_ids=input_ids[:, P:], attention_mask=attention_mask, position_ids=pos[:, P:].expand(B, -1),
+               past_key_values=cache, use_cache=True)                                 # [B, L-P, H]
     return torch.cat([head.expand(B, -1, -1), tail], dim=1)
 
 

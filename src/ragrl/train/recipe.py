@@ -44,6 +44,8 @@ def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progr
                      seed=cfg.seed, out_dir=out_dir, progress=progress)
     log.info("SFT: %d steps, loss %.3f -> %.3f in %.0f s", cfg.sft.steps, result.losses[0], result.losses[-1],
              result.seconds)
+    from ragrl.train.policy import freeze_reference
+    freeze_reference(model)   # RL that follows measures its KL against this warm-started policy
     return result
 
 
