@@ -52,16 +52,20 @@ def format_hits(hits: list[Hit]) -> str:
     return "\n".join(f'Doc {i} (Title: "{h.title}") {h.text.strip()}' for i, h in enumerate(hits, 1))
 
 
+# The worked example shows the episode shape the SFT warm start teaches (ragrl.train.sft): the
+# first search is the question itself, and the answer follows the documents directly. With a
+# keyword query here ("Jaws film director") the warm-started 135M policy wrote shortened keyword
+# queries that BM25 answers worse, and copied the question in only 20 of 100 train-split dev
+# questions (55 with this example and 160 SFT steps; dev F1 4.7 -> 9.1 and 7.5, two seeds).
 SEARCH_R1_SYSTEM = """\
 Answer the question. Think inside <think> </think>. To look something up, write \
 <search> query </search>; results come back inside <information> </information>. \
 Search as often as you need. When you know, write <answer> a few words </answer> with no explanation.
 Example:
 Question: Who directed Jaws?
-<think>I should look it up.</think>
-<search> Jaws film director </search>
+<think>I need to search for this.</think>
+<search> Who directed Jaws? </search>
 <information>Doc 1 (Title: "Jaws (film)") Jaws is a 1975 film directed by Steven Spielberg.</information>
-<think>The document says Steven Spielberg.</think>
 <answer> Steven Spielberg </answer>"""
 
 
