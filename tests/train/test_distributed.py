@@ -45,11 +45,16 @@ def one_step(model_dir, agg: str, rows: slice, max_grad_norm=1.0, make_opt=None,
     return [p.detach().clone() for p in params_of(model)]
 
 
-def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+def join_group(rank: int, world: int, port: int) -> tuple[int, int]:
+    """In a spawned test process: set the launcher's variables, one thread, join the gloo group."""
     os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    assert init_distributed() == (rank, world) and dist.get_backend() == "gloo"
+    return init_distributed()
+
+
+def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+    assert join_group(rank, world, port) == (rank, world) and dist.get_backend() == "gloo"
     assert init_distributed() == (rank, world)  # idempotent
     for agg in AGGS:
         torch.save(one_step(model_dir, agg, HALVES[rank]), os.path.join(out_dir, f"{agg}.{rank}.pt"))
@@ -78,10 +83,7 @@ def test_two_ranks_take_the_same_step_as_one_process(tiny_model_dir, tmp_path):
 def _zero_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
     from ragrl.train.distributed import make_optimizer, optimizer_state_bytes
 
-    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    init_distributed()
+    join_group(rank, world, port)
     out = {}
     for shard in (False, True):
         opts = []

@@ -12,7 +12,7 @@ from ragrl.train.config import AlgoConfig, ModelConfig
 from ragrl.train.policy import build_policy
 from ragrl.train.rng import seed_everything
 from ragrl.train.update import ppo_update, prepare
-from tests.train.test_distributed import HALVES, LENGTHS, SCORES, free_port
+from tests.train.test_distributed import HALVES, LENGTHS, SCORES, free_port, join_group
 from tests.train.test_trainer import synthetic_batch
 
 CASES = {  # name: (LoRA?, PPO value head?)
@@ -53,13 +53,9 @@ def step(model_dir, case: str, rows: slice, shard: bool):
 def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
     from torch.distributed.tensor import DTensor
 
-    from ragrl.train.distributed import init_distributed
     from ragrl.train.fsdp import full_optimizer_state, full_state_dict, shard_params
 
-    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    init_distributed()
+    join_group(rank, world, port)
     out = {}
     for case in CASES:
         model, vh, opt = step(model_dir, case, HALVES[rank], shard=True)
