@@ -33,16 +33,10 @@ def _free_port() -> int:
 MODES = ("replicated", "zero1", "fsdp")
 
 
-def _local_bytes(t) -> int:
-    from ragrl.train.fsdp import is_dtensor
-    t = t.to_local() if is_dtensor(t) else t
-    return t.numel() * t.element_size()
-
-
 def _rank(rank: int, world: int, port: int, model: str, mode: str, out: str) -> None:
     from ragrl.train.config import ModelConfig
     from ragrl.train.distributed import init_distributed, make_optimizer, optimizer_state_bytes
-    from ragrl.train.fsdp import is_dtensor, shard_params
+    from ragrl.train.fsdp import is_dtensor, local_nbytes, shard_params
     from ragrl.train.policy import build_policy
 
     os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
@@ -62,8 +56,8 @@ def _rank(rank: int, world: int, port: int, model: str, mode: str, out: str) -> 
             dist.all_reduce(p.grad)
     opt.step()
     row = {"rank": rank, "mode": mode, "trainable_params": sum(p.numel() for p in params),
-           "weights_mib": sum(_local_bytes(p) for p in policy.parameters()) / 2**20,
-           "grads_mib": sum(_local_bytes(p.grad) for p in params if p.grad is not None) / 2**20,
+           "weights_mib": sum(local_nbytes(p) for p in policy.parameters()) / 2**20,
+           "grads_mib": sum(local_nbytes(p.grad) for p in params if p.grad is not None) / 2**20,
            "optimizer_state_mib": optimizer_state_bytes(opt) / 2**20,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     row["total_mib"] = row["weights_mib"] + row["grads_mib"] + row["optimizer_state_mib"]

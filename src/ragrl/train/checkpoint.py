@@ -358,8 +358,7 @@ def _load_into_sharded(ckpt_dir: Path, model: nn.Module) -> None:
     path = ckpt_dir / FULL_WEIGHTS
     state = _load(path, lambda p: load_file(str(p)))
     for group in _tied_groups(model):   # put back the names save_file dropped
-        have = next((n for n in group if n in state), None)
-        for n in group:
-            if have is not None:
-                state.setdefault(n, state[have])
+        have = [n for n in group if n in state]
+        if have:
+            state.update({n: state[have[0]] for n in group if n not in state})
     _load(path, lambda p: load_full_state_dict(model, state, strict=True))

@@ -1,8 +1,9 @@
 """Data-parallel glue: one trainer process per rank, gradients all-reduced (DDP style).
 
-What is supported: N identical processes started by `torchrun` or `accelerate launch`. Each rank rolls out its own slice of the step's questions;
-`update.py` divides every loss by the *global* token (or sequence) count and sums gradients
-over ranks, so N ranks with B/N rows each take the same optimizer step as one process with B.
+What is supported: N identical processes started by `torchrun` or `accelerate launch`. Each
+rank rolls out its own slice of the step's questions; `update.py` divides every loss by the
+*global* token (or sequence) count and sums gradients over ranks, so N ranks with B/N rows each
+take the same optimizer step as one process with B.
 Two ways to shard:
   * parameters (FSDP2, `shard_params`, on by default under `accelerate launch --use_fsdp`;
     ragrl.train.fsdp): each rank stores 1/world of every weight, gradient and Adam moment;
@@ -115,12 +116,10 @@ def optimizer_state_bytes(optimizer) -> int:
     """Bytes of optimizer state this rank holds (the local shard under ZeRO)."""
     # ZeroRedundancyOptimizer keeps its shard's optimizer in `.optim`; not importing it here
     # keeps torch.distributed.optim (and its torch.jit warnings) off single-process runs.
-    from ragrl.train.fsdp import is_dtensor
+    from ragrl.train.fsdp import local_nbytes
     local = getattr(optimizer, "optim", optimizer)
     # An FSDP parameter's moments are DTensors: count the shard this rank holds.
-    tensors = [t.to_local() if is_dtensor(t) else t for st in local.state.values()
-               for t in st.values() if torch.is_tensor(t)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(local_nbytes(t) for st in local.state.values() for t in st.values() if torch.is_tensor(t))
 
 
 def check_divisible(questions_per_step: int, world: int) -> None:

@@ -138,8 +138,13 @@ def root_decoder_states(model: nn.Module, decoder: nn.Module, **inputs) -> torch
 
 
 def _full(t):
-    from torch.distributed.tensor import DTensor
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    return t.full_tensor() if is_dtensor(t) else t
+
+
+def local_nbytes(t: torch.Tensor) -> int:
+    """Bytes this rank holds of `t`: its shard for a DTensor, all of it otherwise."""
+    t = t.to_local() if is_dtensor(t) else t
+    return t.numel() * t.element_size()
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -166,14 +171,14 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
 def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """After `optimizer.load_state_dict(full_state)`: turn each full moment of a sharded
     parameter back into that rank's shard (Adam cannot mix a DTensor weight with a full moment)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
+    from torch.distributed.tensor import distribute_tensor
     for group in optimizer.param_groups:
         for p in group["params"]:
-            if not isinstance(p, DTensor):
+            if not is_dtensor(p):
                 continue
             st = optimizer.state.get(p, {})
             for k, v in list(st.items()):
-                if torch.is_tensor(v) and not isinstance(v, DTensor) and v.shape == p.shape:
+                if torch.is_tensor(v) and not is_dtensor(v) and v.shape == p.shape:
                     st[k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
 
 
@@ -181,13 +186,12 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Global L2 norm of the gradients and clipping to `max_norm`, for a mix of sharded
     (DTensor) and replicated gradients; the same coefficient as torch's clip_grad_norm_."""
     import torch.distributed as dist
-    from torch.distributed.tensor import DTensor
     grads = [p.grad for p in params if p.grad is not None]
     device = grads[0].device if grads else torch.device("cpu")
     sharded = torch.zeros((), dtype=torch.float32, device=device)
     replicated = torch.zeros((), dtype=torch.float32, device=device)
     for g in grads:
-        if isinstance(g, DTensor):
+        if is_dtensor(g):
             sharded += (g.to_local().float() ** 2).sum()
         else:
             replicated += (g.float() ** 2).sum()

@@ -49,9 +49,14 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def decoder_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Final hidden states (after the last norm) of the decoder body: [B, L] → [B, L, H]."""
     decoder, _ = decoder_and_head(model)
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask,
-                  position_ids=position_ids_from_mask(attention_mask), use_cache=False)
-    if is_sharded(model):   # through the root's forward, so FSDP gathers the root's weights
+    return run_decoder(model, decoder, input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+
+
+def run_decoder(model: nn.Module, decoder: nn.Module, **inputs) -> torch.Tensor:
+    """`decoder(**inputs)`'s last hidden state. Under FSDP it runs through the root module's
+    forward instead, so the root's sharded weights (embeddings, final norm) get gathered."""
+    if is_sharded(model):
         return root_decoder_states(model, decoder, **inputs)
     out = decoder(**inputs)
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]

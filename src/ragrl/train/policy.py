@@ -14,8 +14,7 @@ import torch
 from torch import nn
 
 from ragrl.train.config import ModelConfig
-from ragrl.train.fsdp import is_sharded, root_decoder_states
-from ragrl.train.logprobs import decoder_and_head, decoder_hidden_states, logprobs_from_hidden
+from ragrl.train.logprobs import decoder_and_head, decoder_hidden_states, logprobs_from_hidden, run_decoder
 
 log = logging.getLogger("ragrl.train")
 
@@ -133,14 +132,7 @@ def freeze_reference(model: nn.Module) -> None:
         model.delete_adapter(REFERENCE_ADAPTER)
     model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
     set_peft_model_state_dict(model, state, adapter_name=REFERENCE_ADAPTER)
-    model.set_adapter(active)
-    _freeze(model)
-
-
-def _freeze(model: nn.Module) -> None:
-    for name, p in model.named_parameters():
-        if f".{REFERENCE_ADAPTER}." in name:
-            p.requires_grad_(False)
+    model.set_adapter(active)   # peft's set_adapter leaves only the active adapter trainable
 
 
 @contextlib.contextmanager
@@ -154,8 +146,7 @@ def reference_context(model: nn.Module):
         try:
             yield
         finally:
-            m.set_adapter(active)
-            _freeze(m)   # peft's set_adapter marks the adapter it activates as trainable
+            m.set_adapter(active)   # the reference is frozen again: only `active` trains
         return
     with (m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()):
         yield
@@ -182,16 +173,13 @@ def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, atten
     if B == 1 or P < min_prefix:
         return decoder_hidden_states(model, input_ids, attention_mask)
     decoder, _ = decoder_and_head(model)
-    # Under FSDP the decoder runs through the root's forward, so the root's weights get gathered.
-    run = (lambda **kw: root_decoder_states(model, decoder, **kw)) if is_sharded(model) else \
-        (lambda **kw: decoder(**kw).last_hidden_state)
     cache = DynamicCache()
     pos = torch.arange(L, device=input_ids.device)[None]
-    head = run(input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P], position_ids=pos[:, :P],
-               past_key_values=cache, use_cache=True)                                 # [1, P, H]
+    head = run_decoder(model, decoder, input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P],
+                       position_ids=pos[:, :P], past_key_values=cache, use_cache=True)       # [1, P, H]
     cache.batch_repeat_interleave(B)
-    tail = run(input_ids=input_ids[:, P:], attention_mask=attention_mask, position_ids=pos[:, P:].expand(B, -1),
-               past_key_values=cache, use_cache=True)                                 # [B, L-P, H]
+    tail = run_decoder(model, decoder, input_ids=input_ids[:, P:], attention_mask=attention_mask,
+                       position_ids=pos[:, P:].expand(B, -1), past_key_values=cache, use_cache=True)  # [B, L-P, H]
     return torch.cat([head.expand(B, -1, -1), tail], dim=1)
 
 
