@@ -8,8 +8,48 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_CORPUS = DATA_DIR / "corpus.jsonl.gz"
 DEMO_TRAIN = DATA_DIR / "train.jsonl.gz"
 DEMO_EVAL = DATA_DIR / "eval.jsonl.gz"
+POOL_TRAIN = DATA_DIR / "pool_train.jsonl.gz"   # scripts/make_pool_data.py: dev-pool training questions
+POOL_DEV = DATA_DIR / "pool_dev.jsonl.gz"       # 200 of them held apart, to choose settings on
+KIT_PREFIX = "kit:"
 
 
 def ragrl_home() -> Path:
     """Cache root: $RAGRL_HOME, default ~/.cache/ragrl."""
     return Path(os.environ.get("RAGRL_HOME", Path.home() / ".cache" / "ragrl")).expanduser()
+
+
+def data_kit() -> Path:
+    """The offline data kit (51k-passage corpus, its MiniLM vectors, QA sets): $RAGRL_DATA, else
+    the first `shared/data` beside the working directory or this checkout (`../shared/data`)."""
+    from ragrl.errors import RagrlError
+
+    env = os.environ.get("RAGRL_DATA")
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_dir():
+            raise RagrlError(f"RAGRL_DATA={env} is not a directory")
+        return path
+    starts = [Path.cwd().resolve(), Path(__file__).resolve().parent]
+    for start in starts:
+        for d in (start, *start.parents):
+            if (d / "shared" / "data" / "corpus").is_dir():
+                return d / "shared" / "data"
+    raise RagrlError("the data kit (shared/data: corpus/, embeddings/, eval/, train/) was not found beside "
+                     "the working directory or this checkout; set RAGRL_DATA=/path/to/data")
+
+
+def resolve_kit(spec: str | Path) -> Path:
+    """`kit:corpus/wiki_passages.jsonl.gz` → that file inside the data kit; anything else as is.
+
+    >>> resolve_kit("some/file.jsonl")
+    PosixPath('some/file.jsonl')
+    """
+    spec = str(spec)
+    if not spec.startswith(KIT_PREFIX):
+        return Path(spec).expanduser()
+    from ragrl.errors import RagrlError
+
+    path = data_kit() / spec[len(KIT_PREFIX):]
+    if not path.exists():
+        raise RagrlError(f"{spec}: no such file in the data kit ({path})")
+    return path

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ragrl.policy.lm import LMPolicy
 from ragrl.train.config import AlgoConfig
 from ragrl.train.distributed import init_distributed
 from ragrl.train.update import ppo_update, prepare
@@ -34,12 +35,12 @@ def one_step(model_dir, agg: str, rows: slice, max_grad_norm=1.0, make_opt=None,
     model, _, _ = policy(model_dir)
     batch = synthetic_batch(model, LENGTHS, SCORES).select(list(range(8))[rows])
     cfg = AlgoConfig(estimator="grpo", loss_agg=agg, minibatch_size=8, micro_batch_size=3, entropy_coef=0.01)
-    prep = prepare(model, None, batch, cfg, 0.0, cfg.micro_batch_size)
+    prep = prepare(LMPolicy(model, None, None), batch, cfg, 0.0, cfg.micro_batch_size)
     # SGD: the step is linear in the gradient (Adam's first step is ~sign(g), which would
     # amplify float noise in near-zero gradients).
     opt = make_opt(params_of(model)) if make_opt else torch.optim.SGD(params_of(model), lr=0.5)
     model.train()
-    ppo_update(model, None, opt, prep, cfg, 0.0, max_grad_norm, torch.Generator().manual_seed(1))
+    ppo_update(LMPolicy(model, None, None), opt, prep, cfg, 0.0, max_grad_norm, torch.Generator().manual_seed(1))
     if keep is not None:
         keep.append(opt)
     return [p.detach().clone() for p in params_of(model)]

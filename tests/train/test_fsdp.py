@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ragrl.policy.lm import LMPolicy
 from ragrl.train.checkpoint import load_checkpoint, save_checkpoint
 from ragrl.train.config import AlgoConfig, ModelConfig
 from ragrl.train.policy import build_policy
@@ -41,12 +42,12 @@ def step(model_dir, case: str, rows: slice, shard: bool):
                      entropy_coef=0.01)
     # The optimizer is built over the sharded parameters before any forward, as the Trainer does.
     params = [p for p in model.parameters() if p.requires_grad] + (list(vh.parameters()) if vh else [])
-    prep = prepare(model, vh, batch, cfg, 0.0, cfg.micro_batch_size)
+    prep = prepare(LMPolicy(model, None, vh), batch, cfg, 0.0, cfg.micro_batch_size)
     # SGD with momentum: the step is linear in the gradient (Adam's first step, ~sign(g), would
     # amplify float noise), and the momentum buffer is optimizer state to checkpoint.
     opt = torch.optim.SGD(params, lr=0.5, momentum=0.9)
     model.train()
-    ppo_update(model, vh, opt, prep, cfg, 0.0, 0.05, torch.Generator().manual_seed(1))
+    ppo_update(LMPolicy(model, None, vh), opt, prep, cfg, 0.0, 0.05, torch.Generator().manual_seed(1))
     return model, vh, opt
 
 

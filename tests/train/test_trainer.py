@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ragrl.policy.lm import LMPolicy
 from ragrl.algos.losses import ppo_policy_loss, value_loss
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.batch import TrajBatch, collate
@@ -60,14 +61,14 @@ def losses_on(model, value_head, prep: Prepared, cfg: AlgoConfig) -> tuple[float
 def one_update(model, value_head, prep, cfg, lr, max_grad_norm=1.0, optim=torch.optim.AdamW):
     opt = optim(params_of(model, value_head), lr=lr)
     model.train()
-    return ppo_update(model, value_head, opt, prep, cfg, 0.0 if not cfg.kl_coef else cfg.kl_coef,
+    return ppo_update(LMPolicy(model, None, value_head), opt, prep, cfg, 0.0 if not cfg.kl_coef else cfg.kl_coef,
                       max_grad_norm, torch.Generator().manual_seed(1))
 
 
 def test_grpo_update_changes_weights_and_lowers_the_policy_loss(tiny_model_dir):
     model, _, _ = policy(tiny_model_dir)
     cfg = AlgoConfig(estimator="grpo", minibatch_size=8, micro_batch_size=2)
-    prep = prepare(model, None, synthetic_batch(model), cfg, 0.0, cfg.micro_batch_size)
+    prep = prepare(LMPolicy(model, None, None), synthetic_batch(model), cfg, 0.0, cfg.micro_batch_size)
     assert prep.advantages.abs().sum() > 0
     assert torch.all(prep.advantages[prep.batch.action_mask == 0] == 0)
     before_params = [p.detach().clone() for p in params_of(model)]
@@ -82,7 +83,7 @@ def test_grpo_update_changes_weights_and_lowers_the_policy_loss(tiny_model_dir):
 def test_gae_update_lowers_the_value_loss(tiny_model_dir):
     model, _, value_head = policy(tiny_model_dir, value_head=True)
     cfg = AlgoConfig(estimator="gae", gamma=1.0, lam=1.0, value_coef=1.0, minibatch_size=8, micro_batch_size=3)
-    prep = prepare(model, value_head, synthetic_batch(model), cfg, 0.0, cfg.micro_batch_size)
+    prep = prepare(LMPolicy(model, None, value_head), synthetic_batch(model), cfg, 0.0, cfg.micro_batch_size)
     # zero-initialised head: V = 0, so with gamma = lam = 1 every return is the row's score
     m = prep.batch.action_mask.bool()
     assert torch.allclose(prep.returns[m], prep.batch.scores[:, None].expand_as(m)[m])
@@ -106,7 +107,7 @@ def grads_after_update(model_dir, mutate=lambda p: p):
     model, _, value_head = policy(model_dir, value_head=True)
     cfg = AlgoConfig(estimator="gae", kl_coef=0.1, entropy_coef=0.01, dual_clip=3.0,
                      loss_agg="seq_mean_token_mean", minibatch_size=8, micro_batch_size=4)
-    prep = mutate(prepare(model, value_head, synthetic_batch(model), cfg, 0.1, cfg.micro_batch_size))
+    prep = mutate(prepare(LMPolicy(model, None, value_head), synthetic_batch(model), cfg, 0.1, cfg.micro_batch_size))
     one_update(model, value_head, prep, cfg, lr=0.0, max_grad_norm=1e9, optim=torch.optim.SGD)
     return [p.grad.clone() for p in params_of(model, value_head)]
 
@@ -190,7 +191,7 @@ def test_bfloat16_base_keeps_float32_adapters_log_probs_and_learns(tiny_model_di
     batch = synthetic_batch(model)
     assert batch.old_logprobs.dtype == torch.float32
     cfg = AlgoConfig(estimator="grpo", minibatch_size=8, micro_batch_size=2)
-    prep = prepare(model, None, batch, cfg, 0.0, cfg.micro_batch_size)
+    prep = prepare(LMPolicy(model, None, None), batch, cfg, 0.0, cfg.micro_batch_size)
     before, _ = losses_on(model, None, prep, cfg)
     stats = one_update(model, None, prep, cfg, lr=1e-2)
     after, _ = losses_on(model, None, prep, cfg)

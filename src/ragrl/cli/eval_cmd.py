@@ -7,6 +7,21 @@ from typing import Optional
 import typer
 
 
+def _with_query_encoder(retriever, query_encoder):
+    """The retriever with a trained query encoder on its dense side (deterministic top-k)."""
+    if query_encoder is None:
+        return retriever
+    from ragrl.errors import ConfigError
+    from ragrl.models.query_encoder import QueryEncoder
+    from ragrl.retrieval.stochastic import StochasticRetriever
+
+    backend = getattr(getattr(retriever, "index", None), "backend", None)
+    dense = getattr(backend, "dense", backend)
+    if not hasattr(dense, "embeddings"):
+        raise ConfigError("--query-encoder needs a local dense (or hybrid) index given with --index")
+    return StochasticRetriever(dense, QueryEncoder(str(query_encoder)))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_(
@@ -16,7 +31,8 @@ def register(app: typer.Typer) -> None:
         index: Optional[str] = typer.Option(None, "--index", help="index dir or http:// URL (default: BM25 of the demo corpus)"),
         data: str = typer.Option("demo-eval", "--data", help="question file (JSONL[.gz]) or demo-eval"),
         n: int = typer.Option(200, "--n", min=1, help="number of questions (first n)"),
-        systems: str = typer.Option("direct,naive_rag,agent", "--systems", help="comma list of direct,naive_rag,agent"),
+        systems: str = typer.Option("direct,naive_rag,agent", "--systems", help="comma list of direct,naive_rag,agent,retrieval (recall@k / answer@k of the retriever alone)"),
+        query_encoder: Optional[Path] = typer.Option(None, "--query-encoder", help="a trained query encoder (a HARR run's final_encoder) for a dense index's queries; `retrieval` then compares it with the index's own encoder"),
         topk: int = typer.Option(3, "--topk", min=1),
         max_turns: int = typer.Option(4, "--max-turns", min=1),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
@@ -39,9 +55,15 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.trainer import default_retriever
 
         chosen = [s.strip() for s in systems.split(",") if s.strip()]
+        want_retrieval = "retrieval" in chosen
+        chosen = [s for s in chosen if s != "retrieval"]
         bad = [s for s in chosen if s not in SYSTEMS]
-        if bad or not chosen:
-            raise typer.BadParameter(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}", param_hint="--systems")
+        if bad or not (chosen or want_retrieval):
+            raise typer.BadParameter(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}, retrieval",
+                                     param_hint="--systems")
+        if query_encoder is not None and not (query_encoder / "modules.json").is_file():
+            raise typer.BadParameter(f"{query_encoder} is not a sentence-transformers folder (no modules.json)",
+                                     param_hint="--query-encoder")
         from ragrl.errors import ConfigError
         from ragrl.train.policy import resolve_device
 
@@ -51,6 +73,25 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(str(error), param_hint="--device")
         samples = load_questions(data, limit=n)
         retriever = make_retriever(index) if index else default_retriever(TrainConfig())
+        if query_encoder is not None or want_retrieval:
+            retriever, base_retriever = _with_query_encoder(retriever, query_encoder), retriever
+        if want_retrieval:
+            from ragrl.eval.retrieval import compare_retrievers, format_comparison
+
+            searches = {"index encoder": base_retriever.search}
+            if query_encoder is not None:
+                searches["trained encoder"] = retriever.search
+            comp = compare_retrievers(searches, samples, topk, baseline="index encoder")
+            out.mkdir(parents=True, exist_ok=True)
+            table = format_comparison(comp, list(searches), "index encoder", f"retrieval on {data}")
+            (out / "retrieval.md").write_text(table)
+            import json as _json
+            (out / "retrieval.json").write_text(_json.dumps(
+                {**comp, "settings": {"index": index, "query_encoder": str(query_encoder) if query_encoder else None,
+                                      "data_file": data, "n": len(samples), "k": topk}}, indent=1))
+            typer.echo(table)
+            if not chosen:
+                return
         lm, tok = load_policy(model, device=torch_device)
         if adapter is not None:
             from peft import PeftModel

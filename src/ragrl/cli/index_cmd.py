@@ -20,12 +20,14 @@ def build(
     encoder: str = typer.Option("all-minilm-l6-v2", "--encoder", help="Sentence-transformers model (dense, hybrid)."),
     hnsw: bool = typer.Option(False, "--hnsw", help="HNSW graph instead of exact flat search (dense, hybrid)."),
     batch_size: int = typer.Option(64, "--batch-size", help="Passages per encoder batch."),
+    vectors: Path = typer.Option(None, "--vectors", help="Precomputed passage vectors (.npy, one row per corpus line) instead of encoding (dense, hybrid)."),
 ) -> None:
     """Build a bm25, dense or hybrid index of a corpus."""
     from ragrl.retrieval.index import build_index  # lazy: keeps `ragrl --help` fast
 
     start = time.perf_counter()
-    path = build_index(corpus, out, kind=kind, encoder=encoder, hnsw=hnsw, batch_size=batch_size, progress=True)
+    path = build_index(corpus, out, kind=kind, encoder=encoder, hnsw=hnsw, batch_size=batch_size, progress=True,
+                       vectors=vectors)
     seconds = time.perf_counter() - start
     rows = json.loads((path / "manifest.json").read_text())["rows"]
     typer.echo(f"indexed {rows} passages ({kind}) in {seconds:.1f} s, {rows / seconds:.0f} passages/s -> {path}")

@@ -43,12 +43,22 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def quickstart(
         out: Path = typer.Option(Path("runs/quickstart"), "--out"),
-        set_: list[str] = typer.Option([], "--set", help="override the tiny search_r1_grpo recipe"),
+        job: str = typer.Option("retriever", "--job",
+                                help="retriever: RL on the query encoder (HARR, full 51k corpus; needs the data kit); "
+                                     "agent: SFT + GRPO on the search agent (Search-R1, bundled demo corpus)"),
+        set_: list[str] = typer.Option([], "--set", help="override the job's tiny recipe (harr_grpo or search_r1_grpo)"),
         minutes: float = typer.Option(27.0, "--minutes", min=0.0,
                                       help="wall-time bound of the whole job; RL gets what the other stages leave "
                                            "(0: no bound, exactly the recipe's steps)"),
     ) -> None:
-        """The main job: index, evaluate, SFT, RL, evaluate again, print the before/after table."""
-        from ragrl.quickstart import run_quickstart
+        """The main job: index, evaluate, RL, evaluate again on held-out questions, print the before/after table."""
+        if job not in ("retriever", "agent"):
+            raise typer.BadParameter(f"{job!r} is not one of retriever, agent", param_hint="--job")
+        if job == "retriever":
+            from ragrl.quickstart_retriever import run_retriever_quickstart
 
-        run_quickstart(str(out), set_, minutes=minutes or None)
+            run_retriever_quickstart(str(out), set_, minutes=minutes or None)
+        else:
+            from ragrl.quickstart import run_quickstart
+
+            run_quickstart(str(out), set_, minutes=minutes or None)

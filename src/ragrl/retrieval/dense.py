@@ -81,6 +81,12 @@ class DenseIndex:
         return int(self.embeddings.shape[1])
 
     @classmethod
+    def from_vectors(cls, corpus: Corpus, encoder: str, vectors: np.ndarray, *, hnsw: bool = False) -> "DenseIndex":
+        """An index over precomputed passage vectors (checked first with `check_vectors`)."""
+        embeddings = np.ascontiguousarray(vectors, dtype=np.float32)
+        return cls(corpus, encoder, embeddings, _faiss_index(embeddings, hnsw), hnsw=hnsw)
+
+    @classmethod
     def build(
         cls, corpus: Corpus, encoder: str, *, hnsw: bool = False, batch_size: int = 64, progress: bool = False
     ) -> "DenseIndex":
@@ -147,3 +153,48 @@ class DenseIndex:
                 f"{embedding_dim(dense.model)}-d ones; rebuild the index"
             )
         return dense
+
+
+# Rows re-encoded to check precomputed vectors: first, middle, last and a few fixed others.
+SPOT_CHECK_ROWS = 8
+SPOT_CHECK_MIN_COSINE = 0.99
+
+
+def load_vectors(path: str | Path) -> np.ndarray:
+    """A [rows, dim] float array from a .npy file, with a clear error for anything else."""
+    try:
+        vectors = np.load(Path(path), allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise RagrlError(f"{path}: cannot read passage vectors ({e})") from None
+    if vectors.ndim != 2 or vectors.dtype.kind != "f":
+        raise RagrlError(f"{path}: passage vectors must be a 2-d float array, got {vectors.dtype} {vectors.shape}")
+    if not np.isfinite(vectors).all():
+        raise RagrlError(f"{path}: passage vectors contain NaN or infinite values")
+    return vectors
+
+
+def check_vectors(vectors: np.ndarray, corpus: Corpus, encoder: str, *, source: str = "vectors") -> None:
+    """Refuse vectors that do not belong to this corpus and encoder, before any index is written.
+
+    Row count and dimension are necessary but not sufficient (a reordered corpus or another
+    encoder of the same width passes them), so a few passages are re-encoded here and must point
+    the same way (cosine >= 0.99; float16 storage moves a MiniLM vector by ~1e-4)."""
+    if vectors.shape[0] != len(corpus):
+        raise IndexMismatchError(f"{source}: {vectors.shape[0]} vectors for a corpus of {len(corpus)} passages "
+                                 f"({corpus.path}); they must be one per corpus line, in file order")
+    model = load_embedder(encoder)
+    if embedding_dim(model) != vectors.shape[1]:
+        raise IndexMismatchError(f"{source}: vectors are {vectors.shape[1]}-d but encoder {encoder!r} makes "
+                                 f"{embedding_dim(model)}-d ones")
+    n = len(corpus)
+    rows = sorted({0, n // 2, n - 1, *np.random.default_rng(0).integers(0, n, SPOT_CHECK_ROWS - 3).tolist()})
+    fresh = encode(model, [passage_text(corpus.titles[i], corpus.texts[i]) for i in rows])
+    stored = vectors[rows].astype(np.float32)
+    stored /= np.maximum(np.linalg.norm(stored, axis=1, keepdims=True), 1e-12)
+    cosines = (fresh * stored).sum(1)
+    worst = int(np.argmin(cosines))
+    if cosines[worst] < SPOT_CHECK_MIN_COSINE:
+        raise IndexMismatchError(
+            f"{source}: row {rows[worst]} ({corpus.ids[rows[worst]]}) re-encoded with {encoder!r} has cosine "
+            f"{cosines[worst]:.3f} to its stored vector; the vectors come from another corpus order or encoder"
+        )

@@ -74,9 +74,14 @@ def build_index(
     hnsw: bool = False,
     batch_size: int = 64,
     progress: bool = True,
+    vectors: str | Path | None = None,
     **params,
 ) -> Path:
-    """Build a `kind` index of the corpus at `out_dir` (replacing an older index there) and return it."""
+    """Build a `kind` index of the corpus at `out_dir` (replacing an older index there) and return it.
+
+    `vectors`: a .npy of precomputed passage embeddings [rows, dim] (one per corpus line, in file
+    order) to use instead of encoding the corpus; checked against the corpus and the encoder
+    (`dense.check_vectors`) before anything is written."""
     if kind not in KINDS:
         raise RagrlError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
     unknown = sorted(set(params) - set(DEFAULT_PARAMS[kind]))
@@ -85,6 +90,14 @@ def build_index(
     params = {**DEFAULT_PARAMS[kind], **params}
     corpus_path = Path(corpus_path)
     corpus = load_corpus(corpus_path)  # validate before touching out_dir
+    if vectors is not None and kind == "bm25":
+        raise RagrlError("--vectors is for dense and hybrid indexes; a bm25 index has no vectors")
+    precomputed = None
+    if vectors is not None:
+        from ragrl.retrieval.dense import check_vectors, load_vectors
+
+        precomputed = load_vectors(vectors)
+        check_vectors(precomputed, corpus, encoder, source=str(vectors))
     out_dir = Path(out_dir).expanduser().absolute()
     _check_replaceable(out_dir)
 
@@ -108,7 +121,11 @@ def build_index(
             params["hnsw"] = bool(hnsw)
             if kind == "hybrid":
                 BM25Index.build(corpus, k1=params["k1"], b=params["b"], progress=progress).save(tmp / "bm25")
-            dense = DenseIndex.build(corpus, encoder_name, hnsw=hnsw, batch_size=batch_size, progress=progress)
+            if precomputed is not None:
+                dense = DenseIndex.from_vectors(corpus, encoder_name, precomputed, hnsw=hnsw)
+                params["vectors_sha256"] = file_sha256(vectors)
+            else:
+                dense = DenseIndex.build(corpus, encoder_name, hnsw=hnsw, batch_size=batch_size, progress=progress)
             dense.save(tmp / "dense")
             dim = dense.dim
         manifest = {

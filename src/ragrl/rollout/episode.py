@@ -128,6 +128,11 @@ def run_episodes(
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
     caching = getattr(engine, "prefix_caching", None)
+    sampling_rng = None
+    if hasattr(retriever, "sample"):   # a retriever policy draws its documents: seeded per rollout
+        import torch
+
+        sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
     with caching() if caching is not None else contextlib.nullcontext():
         for turn_idx in range(cfg.max_turns):
             active = [st for st in states if not st.done]
@@ -143,7 +148,7 @@ def run_episodes(
             searching = [st for st in active if st.pending_queries]
             if searching:
                 t0 = time.perf_counter()
-                _retrieve_and_observe(searching, protocol, retriever, tok, cfg)
+                _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
                 stats["retrieval_s"] += time.perf_counter() - t0
     for st in states:
         if not st.done:
@@ -200,10 +205,26 @@ def _apply_action(st: _State, g: Generation, protocol: Protocol, tok, cfg: Rollo
 
 
 def _retrieve_and_observe(searching: list[_State], protocol: Protocol, retriever: Retriever | None,
-                          tok, cfg: RolloutConfig) -> None:
-    """One batched retrieval call for every query of every searching trajectory."""
+                          tok, cfg: RolloutConfig, generator=None) -> None:
+    """One batched retrieval call for every query of every searching trajectory.
+
+    A retriever that can `sample` (the retriever is the policy, HARR) draws each query's documents
+    and the draw is recorded on the trajectory as a retrieval action; its query text carries the
+    episode's question and earlier searches (history)."""
     flat = [q for st in searching for q in st.pending_queries]
-    hits = retriever.search(flat, cfg.topk) if retriever is not None and flat else [[] for _ in flat]
+    if retriever is not None and flat and hasattr(retriever, "sample"):
+        from ragrl.retrieval.stochastic import QueryRequest
+
+        requests = [QueryRequest(st.traj.question, q, _search_history(st.traj))
+                    for st in searching for q in st.pending_queries]
+        drawn = retriever.sample(requests, cfg.topk, generator=generator)
+        hits = [h for h, _ in drawn]
+        owners = [st for st in searching for _ in st.pending_queries]
+        for st, (_, action) in zip(owners, drawn):
+            if action is not None:
+                st.traj.retrievals.append(action)
+    else:
+        hits = retriever.search(flat, cfg.topk) if retriever is not None and flat else [[] for _ in flat]
     pos = 0
     for st in searching:
         qs, st.pending_queries = st.pending_queries, []
@@ -211,8 +232,21 @@ def _retrieve_and_observe(searching: list[_State], protocol: Protocol, retriever
         pos += len(qs)
         turn = st.traj.turns[-1]
         turn.passage_ids = [[h.id for h in hs] for hs in mine]
+        turn.passage_titles = [[h.title for h in hs] for hs in mine]
         obs, ids = build_observation(tok, protocol, qs, mine, cfg)
         _append_observation(st, turn, obs, ids, cfg)
+
+
+def _search_history(traj: Trajectory) -> list[dict]:
+    """Earlier searches of this episode as HARR's history: each sub-query and the titles it found
+    (a Search-R1 generator states no intermediate answer, so what was retrieved stands for it)."""
+    out = []
+    for turn in traj.turns[:-1]:
+        for i, q in enumerate(turn.queries):
+            titles = turn.passage_titles[i] if i < len(turn.passage_titles) else []
+            out.append({"sub_query": q, "status": "retrieved" if titles else "no result",
+                        "answer": "; ".join(titles)})
+    return out
 
 
 def _append_observation(st: _State, turn: Turn, obs: str, ids: list[int], cfg: RolloutConfig) -> None:

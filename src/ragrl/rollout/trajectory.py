@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ragrl.retrieval.stochastic import RetrievalAction
+
 
 @dataclass
 class Turn:
@@ -17,6 +19,7 @@ class Turn:
     kind: str                             # "search" | "answer" | "invalid" | "think" | "truncated"
     queries: list[str] = field(default_factory=list)
     passage_ids: list[list[str]] = field(default_factory=list)  # per query, the retrieved ids
+    passage_titles: list[list[str]] = field(default_factory=list)  # per query, their titles
     observation: str = ""                 # text appended after the action (empty at the end)
     error: str | None = None              # why the action was invalid, if it was
 
@@ -31,6 +34,8 @@ class Trajectory:
     prompt_len: number of leading prompt tokens.
     group: id shared by the n samples of one question (GRPO/RLOO groups).
     agent: which agent acted (MMOA-RAG has several; single-agent methods use "policy").
+    retrievals: the sampled retrieval actions (HARR: the retriever is the policy), in order;
+        empty when retrieval was deterministic.
     """
 
     sample_id: str
@@ -43,6 +48,7 @@ class Trajectory:
     group: int = 0
     agent: str = "policy"
     turns: list[Turn] = field(default_factory=list)
+    retrievals: list[RetrievalAction] = field(default_factory=list)
     answer: str | None = None
     num_searches: int = 0
     num_turns: int = 0
@@ -70,4 +76,5 @@ class Trajectory:
     def from_dict(cls, d: dict) -> "Trajectory":
         d = dict(d)
         d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        d["retrievals"] = [RetrievalAction(**a) for a in d.get("retrievals", [])]
         return cls(**d)

@@ -5,6 +5,7 @@ Every run writes the fully resolved config to `<run_dir>/config.yaml`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ragrl.rollout.episode import RolloutConfig
 
@@ -34,7 +35,10 @@ class DataConfig:
     train: str = "demo-train"             # question file (train split only)
     eval: str = "demo-eval"               # held-out questions for periodic evaluation
     index: str | None = None              # index dir or http:// URL; None: BM25 over `corpus`
-    corpus: str | None = None             # None: the bundled demo corpus
+    corpus: str | None = None             # None: the bundled demo corpus; `kit:…` a data-kit file
+    # Precomputed passage vectors of `corpus` (.npy): with no `index`, a dense index over them is
+    # built once and cached in $RAGRL_HOME (checked against the corpus and the encoder).
+    vectors: str | None = None
     eval_n: int = 100
     shuffle: bool = True
 
@@ -73,9 +77,33 @@ class SFTConfig:
 
 
 @dataclass
+class RetrieverConfig:
+    """The retriever as the policy (HARR; `policy: retriever`). Defaults are HARR's GRPO settings."""
+
+    encoder: str = "all-minilm-l6-v2"    # query encoder: the dense index's encoder, trained on the query side
+    lora: bool = False                    # LoRA on the encoder (HARR), else full fine-tuning
+    lora_r: int = 8
+    lora_alpha: int = 16
+    pool: int = 30                        # candidates from faiss per query (M)
+    temperature: float = 0.05             # Plackett–Luce temperature (HARR: 0.05 GRPO, 0.02 PPO)
+    history: bool = True                  # embed "Original Question / History / Query" for follow-up searches
+    instruction: str = ""                 # prefix before the query text (for instruction-tuned encoders)
+    # The frozen generator whose searches the retriever serves; null: one retrieval per question
+    # with the question as the query and no generation (reward from the documents alone).
+    generator: str | None = None
+    generator_adapter: str | None = None  # e.g. a trained search agent's final_adapter
+    generator_temperature: float = 0.0    # 0: greedy, so rewards vary with the documents only
+    # HARR's question filter: before training, keep only questions whose reward varies across a
+    # group of samples from the starting encoder (the kept ids are saved; a resume reuses them).
+    filter_questions: bool = True
+
+
+@dataclass
 class TrainConfig:
     name: str = "run"
     agent: str = "search_r1"
+    # What is trained: the LM that acts (lm), or the query encoder of the retriever it calls (retriever).
+    policy: Literal["lm", "retriever"] = "lm"
     out_dir: str = "runs/run"
     seed: int = 0
     steps: int = 20
@@ -95,6 +123,10 @@ class TrainConfig:
     # under `accelerate launch --use_deepspeed`, off otherwise.
     shard_optimizer: bool | None = None
     eval_every: int = 0                   # 0: only at the end
+    # With eval_every: keep the policy that scored best on this metric of data.eval (a slice held
+    # apart from the training questions) as run_dir/best_<adapter|encoder> (+ best.json): when to
+    # stop is chosen on held-apart training questions, never on test questions.
+    keep_best: str | None = None          # e.g. "recall" (retriever) or "f1" (agent)
     reward: dict = field(default_factory=lambda: {"f1": 1.0})
     reward_schedule: list = field(default_factory=list)  # [[from_step, spec], ...] overrides `reward`
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -102,3 +134,4 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(n=4, temperature=1.0))
     sft: SFTConfig = field(default_factory=SFTConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)

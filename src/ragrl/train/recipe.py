@@ -95,10 +95,11 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False) -> Path:
     from ragrl.train.trainer import Trainer, default_retriever
 
     run_dir = Path(cfg.out_dir)
-    retriever = default_retriever(cfg)
+    retriever = None   # the setup builds what its policy needs (a retriever policy samples its own)
     sft_adapter = run_dir / "sft" / "adapter"
     if cfg.sft.steps > 0 and not cfg.model.init_adapter:
         if not (resume and (sft_adapter / "adapter_config.json").exists()):
+            retriever = default_retriever(cfg)
             model, tok, _ = build_policy(cfg.model)
             sft_warm_start(cfg, model, tok, retriever, run_dir / "sft")
             del model

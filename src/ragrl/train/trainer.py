@@ -6,10 +6,11 @@ One step (the same under `accelerate launch`, where each rank takes its slice of
 questions and gradients are summed across ranks in `update.py`):
   1. the step's questions come from a seeded permutation that depends only on (seed, step),
      so resuming needs nothing but the step number to continue the data order exactly;
-  2. `run_episodes` samples `rollout.n` trajectories per question with the engine, whose
-     model *is* the training module (no weight sync on one CPU/GPU);
+  2. the setup's rollout (train/setup.py) samples `rollout.n` trajectories per question: an LM
+     policy rolls out with itself (no weight sync on one CPU/GPU); a retriever policy serves the
+     searches of a frozen generator (or of the question itself) with Plackett–Luce draws;
   3. the recipe's reward (by name, possibly scheduled by step) scores each trajectory;
-  4. `prepare` + `ppo_update` turn them into gradient steps;
+  4. `policy.collate`, `prepare` and `ppo_update` turn them into gradient steps, for any Policy;
   5. metrics go to metrics.jsonl / TensorBoard, checkpoints are atomic, `latest` last.
 """
 from __future__ import annotations
@@ -22,21 +23,19 @@ from pathlib import Path
 
 import torch
 
-from ragrl.agents.registry import get_protocol
 from ragrl.datasets import load_questions
-from ragrl.eval.harness import EvalConfig, evaluate, score
+from ragrl.errors import ConfigError
+from ragrl.eval.harness import score
 from ragrl.rewards.registry import make_reward
 from ragrl.rewards.schedule import RewardSchedule
-from ragrl.rollout.episode import run_episodes
-from ragrl.train.batch import collate
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ragrl.train.config import TrainConfig
 from ragrl.train.distributed import (check_divisible, init_distributed, make_optimizer, optimizer_state_bytes,
                                      reduce_metrics, wants_sharded_optimizer, wants_sharded_params)
 from ragrl.train.fsdp import full_optimizer_state, full_params, full_state_dict, shard_params
-from ragrl.train.policy import build_policy
 from ragrl.train.rng import seed_everything
 from ragrl.train.run_dir import MetricsLogger, prepare_run_dir, setup_file_logging, write_resolved_config
+from ragrl.train.setup import build_setup
 from ragrl.train.update import ppo_update, prepare
 
 log = logging.getLogger("ragrl.train")
@@ -78,19 +77,20 @@ class Trainer:
         check_divisible(cfg.questions_per_step, self.world)
         # The same seed on every rank: LoRA / value-head init must be identical across ranks.
         seed_everything(cfg.seed)
-        with_value = cfg.algo.estimator == "gae"
-        self.model, self.tok, self.value_head = model_bundle or build_policy(cfg.model, with_value_head=with_value)
-        self.protocol = get_protocol(cfg.agent)
-        self.retriever = retriever if retriever is not None else default_retriever(cfg)
+        self.setup = build_setup(cfg, retriever=retriever, model_bundle=model_bundle)
+        self.policy = self.setup.policy
+        self.model = self.policy.module
         # FSDP2 swaps each weight for its shard in place, so it comes before the optimizer is
         # built; the engine keeps the same module (rollouts run inside `full_params`).
         self.params_sharded = wants_sharded_params(cfg.shard_params, self.world)
         if self.params_sharded:
+            if not self.setup.shardable:
+                raise ConfigError(f"shard_params: a {cfg.policy} policy cannot be sharded with FSDP; "
+                                  "set shard_params=false (its weights are small)")
             shard_params(self.model)
-        self.engine = make_train_engine(cfg, self.model, self.tok)
         self.questions = load_questions(cfg.data.train)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        extra = list(self.value_head.parameters()) if self.value_head is not None else []
+        extra = [p for m in (self.policy.extra_modules() or {}).values() for p in m.parameters()]
         self.sharded = wants_sharded_optimizer(cfg.shard_optimizer, self.world, self.params_sharded)
         self.optimizer = make_optimizer([{"params": params}, {"params": extra}], lr=cfg.lr,
                                         weight_decay=cfg.weight_decay, shard=self.sharded)
@@ -119,6 +119,8 @@ class Trainer:
             if logger is not None:
                 logger.truncate_after(self.step - 1)
             log.info("resumed from %s at step %d", ck.name, self.step)
+        if getattr(self.cfg.retriever, "filter_questions", False) and self.cfg.policy == "retriever":
+            self._filter_questions()
         rows = []
         bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
         t_begin = time.perf_counter()
@@ -132,6 +134,8 @@ class Trainer:
                 row = self.train_step()
                 if cfg.eval_every and (self.step + 1) % cfg.eval_every == 0:
                     row.update({f"eval/{k}": v for k, v in self.evaluate().items()})
+                    if cfg.keep_best:
+                        self._keep_best(row)
                 if logger is not None:
                     logger.log(self.step, row)
                 rows.append(row)
@@ -150,22 +154,72 @@ class Trainer:
         return rows
 
     def _finish(self, state: dict | None = None) -> None:
-        """Final adapter (for chained stages) and training-curve plots."""
+        """The policy's final artifact (adapter or encoder, for chained stages) and curve plots."""
         from ragrl.eval.plots import line_plot
         from ragrl.train.run_dir import read_metrics
 
-        if hasattr(self.model, "peft_config"):
-            import shutil
-
-            final, tmp = self.run_dir / "final_adapter", self.run_dir / ".tmp_final_adapter"
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.model.save_pretrained(tmp, state_dict=state)
-            shutil.rmtree(final, ignore_errors=True)
-            tmp.rename(final)
+        self.setup.export(self.run_dir / f"final_{self.setup.artifact}", state)
         rows = read_metrics(self.run_dir)
         if rows:
-            line_plot(rows, ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len"],
-                      self.run_dir / "curves.png")
+            keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len"]
+            if any("gold_recall" in r for r in rows):
+                keys = ["reward_mean", "gold_recall", "f1", "searches"] + [k for k in ("eval/recall",) if k in rows[-1]]
+            line_plot(rows, keys, self.run_dir / "curves.png")
+
+    def _keep_best(self, row: dict) -> None:
+        """Export the policy when `keep_best` improved on the held-apart eval questions."""
+        import json
+
+        key = f"eval/{self.cfg.keep_best}"
+        if key not in row:
+            raise ConfigError(f"keep_best: {self.cfg.keep_best!r} is not an evaluation metric here; "
+                              f"evaluation gives {sorted(k[5:] for k in row if k.startswith('eval/'))}")
+        path = self.run_dir / "best.json"
+        best = json.loads(path.read_text()) if path.exists() else None
+        state = full_state_dict(self.model) if self.params_sharded else None
+        if best is not None and best["step"] <= self.step and row[key] <= best["value"]:
+            return
+        if self.rank == 0:
+            self.setup.export(self.run_dir / f"best_{self.setup.artifact}", state)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"metric": self.cfg.keep_best, "value": row[key], "step": self.step + 1}))
+            tmp.rename(path)
+            log.info("best %s so far: %.2f after step %d", self.cfg.keep_best, row[key], self.step + 1)
+
+    def _filter_questions(self) -> None:
+        """HARR's filter: keep the training questions whose reward varies across a group sampled
+        from the *starting* policy (all-right or all-wrong groups teach a group estimator nothing).
+        The kept ids are saved in the run dir, so a resumed run trains on the same questions."""
+        import json
+
+        path = self.run_dir / "kept_questions.json"
+        if path.exists():
+            kept = set(json.loads(path.read_text())["kept"])
+        else:
+            cfg = self.cfg
+            reward_fn = make_reward(self.rewards.at(0))
+            kept, chunk = set(), max(cfg.questions_per_step, 32)
+            self.policy.eval()
+            for s in range(0, len(self.questions), chunk):
+                part = self.questions[s:s + chunk]
+                rcfg = replace(cfg.rollout, seed=cfg.seed * 7_777_777 + s)
+                trajs, _ = self.setup.rollout(part, rcfg, 0)
+                for t in trajs:
+                    t.reward = float(reward_fn(t, part[t.group]))
+                for i, q in enumerate(part):
+                    if len({round(t.reward, 9) for t in trajs if t.group == i}) > 1:
+                        kept.add(str(q["id"]))
+            if self.rank == 0:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"kept": sorted(kept), "total": len(self.questions)}))
+                tmp.rename(path)
+        before = len(self.questions)
+        self.questions = [q for q in self.questions if str(q["id"]) in kept]
+        log.info("question filter: kept %d of %d training questions (reward varies within the group), "
+                 "dropped %d", len(self.questions), before, before - len(self.questions))
+        if not self.questions:
+            raise ConfigError("the question filter kept no training question: every group's reward was "
+                              "flat; set retriever.filter_questions=false or use other questions")
 
     def train_step(self) -> dict:
         cfg = self.cfg
@@ -173,30 +227,32 @@ class Trainer:
         idx = step_questions(len(self.questions), self.step, cfg.questions_per_step, cfg.seed)
         idx = idx[self.rank::self.world]
         samples = [self.questions[i] for i in idx]
-        self.model.eval()
+        self.policy.eval()
         rcfg = replace(cfg.rollout, seed=cfg.seed * 1_000_003 + self.step * 101 + self.rank)
         with full_params(self.model):   # ranks generate different lengths: no per-layer gathers
-            trajs, rstats = run_episodes(self.engine, self.protocol, self.retriever, samples, rcfg,
-                                         group_offset=self.rank * cfg.questions_per_step)
+            trajs, rstats = self.setup.rollout(samples, rcfg, self.rank * cfg.questions_per_step)
         t_rollout = time.perf_counter() - t_start
         t0 = time.perf_counter()
         reward_fn = make_reward(self.rewards.at(self.step))
         by_group = {cfg.questions_per_step * self.rank + i: s for i, s in enumerate(samples)}
         for t in trajs:
-            t.reward = float(reward_fn(t, by_group[t.group]))
+            sample = by_group[t.group]
+            t.reward = float(reward_fn(t, sample))
             score(t)
+            if sample.get("gold_passage_ids"):
+                golds = set(sample["gold_passage_ids"])
+                t.metrics["gold_recall"] = len(golds & set(t.retrieved_ids)) / len(golds)
         t_reward = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.model.train()
-        batch = collate(trajs, self.tok.pad_token_id)   # `prepare` moves it to the policy's device
-        prep = prepare(self.model, self.value_head, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
+        self.policy.train()
+        batch = self.policy.collate(trajs)   # `prepare` moves it to the policy's device
+        prep = prepare(self.policy, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
         g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
-        ustats = ppo_update(self.model, self.value_head, self.optimizer, prep, cfg.algo, self.kl.value,
-                            cfg.max_grad_norm, g)
+        ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g)
         self.scheduler.step()
         if "kl_ref" in prep.stats:
             self.kl.update(prep.stats["kl_ref"], len(trajs) * self.world)  # kl_ref is all-rank already
-        self.model.eval()
+        self.policy.eval()
         t_update = time.perf_counter() - t0
         row = self._row(trajs, rstats, ustats, prep.stats, t_rollout, t_reward, t_update,
                         time.perf_counter() - t_start)
@@ -206,25 +262,15 @@ class Trainer:
         return reduce_metrics(row, weight=len(trajs), summed=("tokens_per_s",))
 
     def evaluate(self, per_question: bool = False) -> dict:
-        """Greedy held-out evaluation of the agent: EM/F1/cover-EM (percent) with 95% CIs.
+        """Greedy (LM) or deterministic top-k (retriever) held-out evaluation: metrics in percent
+        with 95% CIs (EM/F1/cover-EM for an agent; recall@k and answer@k for a retriever).
 
         per_question=True adds {question id: {metric: 0-1}} under "per_question", so that two
         evaluations (e.g. before and after RL) can be compared with a paired bootstrap."""
-        from ragrl.eval.stats import summarize
-
         samples = load_questions(self.cfg.data.eval, limit=self.cfg.data.eval_n)
-        ecfg = EvalConfig(agent=self.cfg.agent, systems=["agent"], n=len(samples), seed=self.cfg.seed,
-                          topk=self.cfg.rollout.topk, rollout=replace(self.cfg.rollout, temperature=0.0, n=1))
-        self.model.eval()
+        self.policy.eval()
         with full_params(self.model):
-            res = evaluate(self.engine, self.retriever, samples, ecfg)[self.cfg.agent]
-        s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
-        out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
-               for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
-        out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
-        if per_question:
-            out["per_question"] = s["per_question"]
-        return out
+            return self.setup.evaluate(samples, self.cfg.seed, per_question)
 
     # ---------------------------------------------------------------- internals
     def _row(self, trajs, rstats, ustats, pstats, t_rollout, t_reward, t_update, t_total) -> dict:
@@ -239,6 +285,7 @@ class Trainer:
             "turns": sum(t.num_turns for t in trajs) / n,
             "response_len": sum(len(t.response_ids) for t in trajs) / n,
             "format_error_rate": sum(t.format_errors > 0 for t in trajs) / n,
+            "retrieval_actions": sum(len(t.retrievals) for t in trajs) / n,
             "answered": sum(t.answer is not None for t in trajs) / n,
             # Groups whose samples all scored the same: a group-relative estimator learns nothing there.
             "flat_group_frac": flat_group_fraction(trajs),
@@ -248,12 +295,15 @@ class Trainer:
             "time/update_s": t_update, "time/step_s": t_total,
             "tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
         }
+        recalls = [t.metrics["gold_recall"] for t in trajs if "gold_recall" in t.metrics]
+        if recalls:
+            row["gold_recall"] = sum(recalls) / len(recalls)
         row.update({k: v for k, v in ustats.items()})
         row.update(pstats)
         return row
 
     def _extra_modules(self):
-        return {"value_head": self.value_head} if self.value_head is not None else None
+        return self.policy.extra_modules()
 
     def _save(self) -> None:
         if self.sharded:   # a collective: every rank sends its shard of the state to rank 0

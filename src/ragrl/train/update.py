@@ -1,6 +1,8 @@
 """The update phase of one RL step: advantages, then PPO epochs of minibatch updates.
 
-Rollout produced a TrajBatch; this file turns it into gradient steps. Under several
+Rollout produced a batch (`policy.collate(trajs)`); this file turns it into gradient steps for
+any `Policy` (an LM over tokens, a retriever over sampled documents): it touches only the
+batch's action mask, old log-probs, scores and group ids, and what `policy.forward` returns. Under several
 processes each rank holds its own rows; gradients are *summed* across ranks after the
 loss was divided by the global (all-ranks) token or sequence count, so N ranks with B/N
 rows each take exactly the step one process takes with all B rows.
@@ -16,18 +18,17 @@ from ragrl.algos.advantages import place_outcome_reward
 from ragrl.algos.kl import kl_estimate, kl_penalty_in_reward
 from ragrl.algos.losses import agg_loss, ppo_policy_loss, value_loss
 from ragrl.algos.registry import compute_advantages
-from ragrl.train.batch import TrajBatch
+from ragrl.policy.base import ActionBatch, Policy
 from ragrl.train.config import AlgoConfig
 from ragrl.train.distributed import all_sum, is_distributed
 from ragrl.train.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
-from ragrl.train.policy import forward_actions, reference_context
 
 
 @dataclass
 class Prepared:
     """Per-row targets computed once before the PPO epochs."""
 
-    batch: TrajBatch
+    batch: ActionBatch
     advantages: torch.Tensor      # [B, L]
     returns: torch.Tensor         # [B, L]
     old_values: torch.Tensor | None
@@ -36,31 +37,28 @@ class Prepared:
 
 
 @torch.no_grad()
-def prepare(model, value_head, batch: TrajBatch, cfg: AlgoConfig, kl_coef: float,
+def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
             micro_batch_size: int) -> Prepared:
     """Reference log-probs, old values and advantages for a rollout batch (no gradient).
 
     The batch moves to the policy's device first: every later tensor (targets, minibatches) lives there."""
-    batch = batch.to(next(model.parameters()).device)
+    batch = batch.to(policy.device)
     mask = batch.action_mask
     ref = values = None
     need_ref = kl_coef > 0
-    if need_ref or value_head is not None:
+    if need_ref or policy.has_values:
         ref_parts, val_parts = [], []
+        L = mask.shape[1]
+        pad = lambda t: torch.nn.functional.pad(t, (0, L - t.shape[1]))  # noqa: E731
         for s in range(0, len(batch), micro_batch_size):
             mb = batch.select(range(s, min(s + micro_batch_size, len(batch))))
-            L = batch.input_ids.shape[1]
-            pad = lambda t: torch.nn.functional.pad(t, (0, L - t.shape[1]))  # noqa: E731
             if need_ref:
-                with reference_context(model):
-                    ref_parts.append(pad(forward_actions(model, mb.input_ids, mb.attention_mask,
-                                                         mb.action_mask)["logprobs"]))
-            if value_head is not None:
-                out = forward_actions(model, mb.input_ids, mb.attention_mask, mb.action_mask,
-                                      value_head=value_head)
-                val_parts.append(pad(out["values"]))
+                with policy.reference():
+                    ref_parts.append(pad(policy.forward(mb)["logprobs"]))
+            if policy.has_values:
+                val_parts.append(pad(policy.forward(mb, with_values=True)["values"]))
         ref = torch.cat(ref_parts) if need_ref else None
-        values = torch.cat(val_parts) if value_head is not None else None
+        values = torch.cat(val_parts) if policy.has_values else None
     token_rewards = place_outcome_reward(batch.scores, mask)
     stats = {}
     if need_ref:
@@ -78,20 +76,18 @@ def prepare(model, value_head, batch: TrajBatch, cfg: AlgoConfig, kl_coef: float
     # Group estimators read `scores`; a KL-in-reward penalty only reaches token-level ones.
     adv, ret = compute_advantages(cfg.estimator, scores=batch.scores, token_rewards=token_rewards,
                                   values=values, mask=mask, group_ids=batch.group_ids, **settings)
-    reshard(model)   # FSDP keeps the root's weights gathered after a forward with no backward
+    reshard(policy.module)   # FSDP keeps the root's weights gathered after a forward with no backward
     return Prepared(batch, adv, ret, values, ref, stats)
 
 
-def ppo_update(model, value_head, optimizer, prep: Prepared, cfg: AlgoConfig, kl_coef: float,
+def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_coef: float,
                max_grad_norm: float, generator: torch.Generator) -> dict:
     """Run cfg.ppo_epochs over shuffled minibatches; return averaged stats."""
     batch = prep.batch
     B = len(batch)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if value_head is not None:
-        params += list(value_head.parameters())
+    params = policy.trainable_parameters()
     agg = cfg.loss_agg
-    sharded = is_sharded(model)
+    sharded = is_sharded(policy.module)
     # minibatch_size counts trajectories over all ranks: each rank takes its share, so N ranks
     # make as many optimizer steps per epoch as one process (ranks hold equal row counts).
     world = dist.get_world_size() if is_distributed() else 1
@@ -108,7 +104,7 @@ def ppo_update(model, value_head, optimizer, prep: Prepared, cfg: AlgoConfig, kl
             optimizer.zero_grad(set_to_none=True)
             for m in range(0, len(mb_idx), cfg.micro_batch_size):
                 idx = mb_idx[m: m + cfg.micro_batch_size]
-                st = _micro_step(model, value_head, prep, idx, cfg, kl_coef, agg, denom)
+                st = _micro_step(policy, prep, idx, cfg, kl_coef, agg, denom)
                 n_micro += 1
                 for k, v in st.items():
                     stats_sum[k] = stats_sum.get(k, 0.0) + v
@@ -125,14 +121,13 @@ def ppo_update(model, value_head, optimizer, prep: Prepared, cfg: AlgoConfig, kl
     return out
 
 
-def _micro_step(model, value_head, prep: Prepared, idx: torch.Tensor, cfg: AlgoConfig,
+def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConfig,
                 kl_coef: float, agg: str, denom: float) -> dict:
     mb = prep.batch.select(idx)
-    L = mb.input_ids.shape[1]
+    L = mb.action_mask.shape[1]
     adv, ret = prep.advantages[idx][:, :L], prep.returns[idx][:, :L]
     mask = mb.action_mask
-    out = forward_actions(model, mb.input_ids, mb.attention_mask, mask, value_head=value_head,
-                          with_entropy=cfg.entropy_coef > 0)
+    out = policy.forward(mb, with_values=policy.has_values, with_entropy=cfg.entropy_coef > 0)
     # Scale so the sum over micro batches (and ranks) equals the minibatch mean.
     share = (float(mask.sum()) if agg == "token_mean" else float((mask.sum(1) > 0).sum())) / max(denom, 1.0)
     pg, st = ppo_policy_loss(out["logprobs"], mb.old_logprobs, adv, mask, cfg.clip_low, cfg.clip_high,
@@ -149,7 +144,7 @@ def _micro_step(model, value_head, prep: Prepared, idx: torch.Tensor, cfg: AlgoC
         ent = agg_loss(out["entropy"], mask, agg)
         loss = loss - cfg.entropy_coef * ent
         st["entropy"] = float(ent.detach())
-    if value_head is not None:
+    if policy.has_values:
         vl, vst = value_loss(out["values"], prep.old_values[idx][:, :L], ret, mask, cfg.value_clip, agg)
         loss = loss + cfg.value_coef * vl
         st.update(vst, value_loss=float(vl.detach()))

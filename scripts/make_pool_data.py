@@ -1,0 +1,58 @@
+"""Build the bundled training questions for the full corpus from ../shared/data/train (pools).
+
+The original train splits' answers are mostly not in the 51k-passage corpus (BM25 answer@3
+0.08-0.20), so a policy trained on them learns that retrieval does not pay. The dev pools were
+split off the dev sets for training (disjoint from every eval/ file). Deterministic output
+(gzip mtime=0, seed 0):
+
+- `pool_train.jsonl.gz`: HotpotQA dev-pool questions (gold passages in the corpus) other than the
+  held-apart slice, plus the 200 HotpotQA-train / MuSiQue-train questions of
+  `multihop_train_with_context` (gold passages in the corpus too);
+- `pool_dev.jsonl.gz`: 200 HotpotQA dev-pool questions held apart, to choose settings and when
+  to stop. No eval/ question is in either file.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+SHARED = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data")
+OUT = Path(__file__).resolve().parents[1] / "src" / "ragrl" / "data"
+N_DEV = 200
+KEEP = ("id", "question", "answers", "dataset", "split", "type", "level", "supporting_titles",
+        "gold_passage_ids", "context_passage_ids")
+
+
+def read(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write(rows: list[dict], path: Path) -> None:
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
+        for r in rows:
+            gz.write((json.dumps({k: r[k] for k in KEEP if k in r}, ensure_ascii=False) + "\n").encode())
+    path.write_bytes(buf.getvalue())
+
+
+def main() -> None:
+    pool = [r for r in read(SHARED / "train" / "hotpotqa_dev_pool.jsonl.gz") if r.get("gold_passage_ids")]
+    extra = [r for r in read(SHARED / "train" / "multihop_train_with_context.jsonl.gz") if r.get("gold_passage_ids")]
+    random.Random(0).shuffle(pool)
+    dev, train = pool[:N_DEV], pool[N_DEV:] + extra
+    eval_texts = {r["question"].strip().lower() for p in (SHARED / "eval").glob("*.jsonl.gz") for r in read(p)}
+    leaked = [r["id"] for r in train + dev if r["question"].strip().lower() in eval_texts]
+    if leaked:
+        raise SystemExit(f"{len(leaked)} pool questions are also eval questions: {leaked[:5]}")
+    write(train, OUT / "pool_train.jsonl.gz")
+    write(dev, OUT / "pool_dev.jsonl.gz")
+    print(f"pool_train: {len(train)} questions, pool_dev: {len(dev)} (held apart) -> {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Retrieval metrics for a retriever (base or trained encoder): gold-passage recall@k and answer@k.
+
+    out = retrieval_eval(search, samples, k=3)          # search(queries, k) -> list[list[Hit]]
+    out["recall"], out["recall_lo"], out["recall_hi"]   # percent, 95% bootstrap CI
+
+recall@k: the share of a question's `gold_passage_ids` among its top k (questions without gold
+ids are left out of it). answer@k: whether any gold answer occurs (SQuAD-normalised) in the top
+k passages' title + text; yes/no questions are left out of it, since "yes" is in everything.
+"""
+from __future__ import annotations
+
+import time
+
+from ragrl.eval.stats import bootstrap_ci
+from ragrl.rewards.qa import normalize_answer
+
+
+def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
+    """>>> gold_recall(["a", "b", "c"], ["b", "z"])
+    0.5
+    """
+    golds = set(gold_ids)
+    return len(golds & set(hit_ids)) / len(golds) if golds else 0.0
+
+
+def answer_in(texts: list[str], answers: list[str]) -> float:
+    """1.0 if a (normalised) gold answer occurs as whole words in one of the texts.
+
+    >>> answer_in(["Steven Spielberg directed Jaws."], ["steven spielberg"])
+    1.0
+    >>> answer_in(["Spielbergs"], ["Spielberg"])
+    0.0
+    """
+    golds = [normalize_answer(a) for a in answers]
+    for t in texts:
+        t = f" {normalize_answer(t)} "
+        if any(g and f" {g} " in t for g in golds):
+            return 1.0
+    return 0.0
+
+
+def is_yes_no(answers: list[str]) -> bool:
+    return bool(answers) and all(normalize_answer(a) in ("yes", "no") for a in answers)
+
+
+def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = False,
+                   batch_size: int = 64) -> dict:
+    """Deterministic top-k for every question (the question as the query); metrics in percent."""
+    t0 = time.perf_counter()
+    hits = []
+    for s in range(0, len(samples), batch_size):
+        hits += search([q["question"] for q in samples[s:s + batch_size]], k)
+    rows = {}
+    for q, hs in zip(samples, hits):
+        row = {"hits": [h.id for h in hs]}
+        if q.get("gold_passage_ids"):
+            row["recall"] = gold_recall([h.id for h in hs], q["gold_passage_ids"])
+        if not is_yes_no(q["answers"]):
+            row["answer_at_k"] = answer_in([f"{h.title}. {h.text}" for h in hs], q["answers"])
+        rows[str(q["id"])] = row
+    out = {"k": k, "n": len(samples), "retrieval_wall_s": time.perf_counter() - t0}
+    for key in ("recall", "answer_at_k"):
+        vals = [r[key] for r in rows.values() if key in r]
+        if vals:
+            m, lo, hi = bootstrap_ci(vals)
+            out.update({key: 100 * m, f"{key}_lo": 100 * lo, f"{key}_hi": 100 * hi, f"{key}_n": len(vals)})
+    if per_question:
+        out["per_question"] = rows
+    return out
+
+
+def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: str) -> dict:
+    """Evaluate several retrievers on the same questions; paired differences against `baseline`.
+
+    searches: {name: search(queries, k)}. Returns {name: metrics, "paired": {name: {metric:
+    {diff, lo, hi, p}}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
+    counts questions whose top k holds a gold passage (or the answer) only with `name`."""
+    from ragrl.eval.stats import paired_bootstrap_diff
+
+    out = {name: retrieval_eval(fn, samples, k, per_question=True) for name, fn in searches.items()}
+    base = out[baseline]["per_question"]
+    out["paired"], out["changed"] = {}, {}
+    for name in searches:
+        if name == baseline:
+            continue
+        mine = out[name]["per_question"]
+        out["paired"][name], out["changed"][name] = {}, {}
+        for key in ("recall", "answer_at_k"):
+            ids = [q for q in base if key in base[q]]
+            if not ids:
+                continue
+            d, lo, hi, p = paired_bootstrap_diff([base[q][key] for q in ids], [mine[q][key] for q in ids])
+            out["paired"][name][key] = {"diff": 100 * d, "lo": 100 * lo, "hi": 100 * hi, "p": p}
+            out["changed"][name][key] = {"gained": sum(mine[q][key] > base[q][key] for q in ids),
+                                         "lost": sum(mine[q][key] < base[q][key] for q in ids)}
+    return out
+
+
+def format_comparison(result: dict, names: list[str], baseline: str, title: str = "") -> str:
+    """A markdown table: each retriever's recall@k / answer@k with CIs, and the paired difference."""
+    k = result[baseline]["k"]
+    lines = [f"### {title}" if title else "", "",
+             f"| retriever | gold recall@{k} | Δ vs {baseline} [95% CI], p | answer@{k} | Δ vs {baseline} [95% CI], p |",
+             "|---|---|---|---|---|"]
+    for name in names:
+        r, cells = result[name], [name]
+        for key in ("recall", "answer_at_k"):
+            if key not in r:
+                cells += ["–", "–"]
+                continue
+            cells.append(f"{r[key]:.1f} [{r[key + '_lo']:.1f}, {r[key + '_hi']:.1f}] (n={r[key + '_n']})")
+            pd = result.get("paired", {}).get(name, {}).get(key)
+            cells.append(f"{pd['diff']:+.1f} [{pd['lo']:+.1f}, {pd['hi']:+.1f}], p {pd['p']:.3f}" if pd else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines).strip() + "\n"

@@ -1,0 +1,135 @@
+"""The retriever as a stochastic policy (HARR): Plackett–Luce sampling over a dense candidate pool.
+
+Deterministic top-k becomes a draw: the current query encoder embeds the query text, faiss
+returns a pool of M candidates, and k of them are sampled without replacement from
+softmax(score / T). The draw is recorded as a `RetrievalAction` (query text, candidate rows,
+sampled positions, log-prob), which is all the trainer needs to recompute the log-prob with
+gradients later. Passage vectors are the index's and never change.
+
+`search(queries, k)` is the deterministic mode (evaluation): exactly faiss top-k with the
+current encoder. This module knows nothing about training.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from ragrl.algos.plackett_luce import pl_log_prob, pl_sample
+from ragrl.errors import ConfigError
+from ragrl.retrieval.base import Hit
+
+
+@dataclass
+class RetrievalAction:
+    """One sampled retrieval: what the trainer needs to score it again, with gradients."""
+
+    query_text: str                 # the exact text the encoder embedded (history included)
+    candidate_rows: list[int]       # the pool: corpus rows, in faiss order
+    sampled: list[int]              # positions into candidate_rows, in draw order
+    logprob: float                  # Plackett–Luce log-prob of the ordered draw at sampling time
+    temperature: float
+    candidate_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class QueryRequest:
+    """A search to serve: the episode's question, its earlier searches, and this query."""
+
+    question: str
+    query: str
+    history: list[dict] = field(default_factory=list)   # [{"sub_query", "status", "answer"}, ...]
+
+
+def query_text(req: QueryRequest, *, history: bool = True, instruction: str = "") -> str:
+    """The text the query encoder embeds.
+
+    With history (HARR), a follow-up search carries the original question and what earlier
+    searches found, so two episodes that issue the same sub-query in different states embed
+    differently. A first search whose query *is* the question has nothing to add and embeds as
+    the plain question, so an untrained encoder starts from ordinary dense retrieval.
+
+    >>> query_text(QueryRequest("Who wrote Jaws?", "Who wrote Jaws?"))
+    'Who wrote Jaws?'
+    >>> print(query_text(QueryRequest("Q?", "Benchley", [{"sub_query": "Jaws author", "status": "retrieved", "answer": "Peter Benchley"}])))
+    Original Question: Q?
+    History: [{"sub_query": "Jaws author", "status": "retrieved", "answer": "Peter Benchley"}]
+    Query: Benchley
+    >>> query_text(QueryRequest("Q?", "Benchley", [{"sub_query": "x", "status": "retrieved", "answer": "y"}]), history=False)
+    'Benchley'
+    """
+    if not history or (not req.history and req.query.strip() == req.question.strip()):
+        text = req.query
+    else:
+        text = (f"Original Question: {req.question}\nHistory: {json.dumps(req.history, ensure_ascii=False)}\n"
+                f"Query: {req.query}")
+    return f"{instruction}{text}" if instruction else text
+
+
+class StochasticRetriever:
+    """Sample k of a dense pool by Plackett–Luce, with the (trainable) query encoder.
+
+    index: a loaded `DenseIndex` (its `embeddings` [rows, dim] and faiss `index`);
+    encoder: anything with `encode(texts) -> np.ndarray [n, dim]` (a `QueryEncoder`).
+    """
+
+    def __init__(self, index, encoder, *, pool: int = 30, temperature: float = 0.05,
+                 history: bool = True, instruction: str = ""):
+        if pool < 1:
+            raise ConfigError(f"retriever.pool must be >= 1, got {pool}")
+        if not temperature > 0:
+            raise ConfigError(f"retriever.temperature must be > 0, got {temperature}")
+        self.index, self.encoder = index, encoder
+        self.pool, self.temperature = min(int(pool), len(index)), float(temperature)
+        self.history, self.instruction = history, instruction
+        self.embeddings = torch.from_numpy(np.ascontiguousarray(index.embeddings, dtype=np.float32))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def text(self, req: QueryRequest) -> str:
+        return query_text(req, history=self.history, instruction=self.instruction)
+
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        return np.ascontiguousarray(self.encoder.encode(list(texts)), dtype=np.float32)
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """Deterministic mode: faiss top-k for the current encoder (blank queries get no hits)."""
+        todo = [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
+        out: list[list[Hit]] = [[] for _ in queries]
+        if todo:
+            hits = self.index.search_vectors(self._vectors([queries[i] for i in todo]), min(int(k), len(self)))
+            for i, h in zip(todo, hits):
+                out[i] = h
+        return out
+
+    def sample(self, requests: list[QueryRequest], k: int,
+               generator: torch.Generator | None = None) -> list[tuple[list[Hit], RetrievalAction | None]]:
+        """Per request: the k sampled hits (draw order) and the action; a blank query gets
+        ([], None): no passages, and nothing for the policy to be credited with."""
+        out: list[tuple[list[Hit], RetrievalAction | None]] = [([], None) for _ in requests]
+        todo = [i for i, r in enumerate(requests) if r.query.strip()]
+        if not todo:
+            return out
+        k = min(int(k), self.pool)
+        texts = [self.text(requests[i]) for i in todo]
+        vectors = self._vectors(texts)
+        _, rows = self.index.index.search(vectors, self.pool)                  # [n, M] corpus rows
+        rows_t = torch.from_numpy(rows.astype(np.int64))
+        # Scores recomputed the way the trainer will (q · e in float32), not faiss's own.
+        scores = torch.einsum("nd,nmd->nm", torch.from_numpy(vectors), self.embeddings[rows_t])
+        picks = pl_sample(scores, k, generator=generator, temperature=self.temperature)
+        logps = pl_log_prob(scores, picks, self.temperature)
+        corpus = self.index.corpus
+        for j, i in enumerate(todo):
+            cand = rows[j].tolist()
+            chosen = picks[j].tolist()
+            hits = [corpus.hit(cand[p], float(scores[j, p])) for p in chosen]
+            out[i] = (hits, RetrievalAction(texts[j], cand, chosen, float(logps[j]), self.temperature,
+                                            [corpus.ids[r] for r in cand]))
+        return out

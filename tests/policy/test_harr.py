@@ -1,0 +1,251 @@
+"""HARR: the retriever as the policy. Real MiniLM query encoder, a real faiss dense index over a
+small slice of the demo corpus (the context paragraphs of a few demo questions), real CLI runs.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ragrl.datasets import load_questions
+from ragrl.errors import ConfigError, IndexMismatchError
+from ragrl.models.query_encoder import QueryEncoder
+from ragrl.policy.retriever import RetrieverPolicy, collate_retrievals
+from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever
+from ragrl.rollout.episode import RolloutConfig
+from ragrl.rollout.retrieval_episode import run_retrieval_episodes
+from ragrl.train.run_dir import read_metrics
+
+HERE = Path(__file__).resolve().parent
+N_QUESTIONS = 12
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """Questions, a corpus of their context paragraphs (~120 passages) and a dense index of it."""
+    from ragrl.paths import DEMO_CORPUS
+    from ragrl.retrieval.corpus import load_corpus
+    from ragrl.retrieval.index import build_index, load_index
+
+    root = tmp_path_factory.mktemp("harr")
+    questions = [q for q in load_questions("demo-eval") if q.get("gold_passage_ids")][:N_QUESTIONS]
+    wanted = {pid for q in questions for pid in q["context_passage_ids"]}
+    corpus = load_corpus(DEMO_CORPUS)
+    rows = [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i]}
+            for i in range(len(corpus)) if corpus.ids[i] in wanted]
+    corpus_path = write_jsonl(root / "corpus.jsonl", rows)
+    index_dir = build_index(corpus_path, root / "dense", kind="dense", progress=False)
+    write_jsonl(root / "train.jsonl", questions)
+    return {"root": root, "questions": questions, "corpus": corpus_path, "index_dir": index_dir,
+            "dense": load_index(index_dir).backend}
+
+
+@pytest.fixture(scope="module")
+def sampler(kit):
+    return StochasticRetriever(kit["dense"], QueryEncoder("all-minilm-l6-v2"), pool=10, temperature=0.05)
+
+
+def test_deterministic_mode_is_exactly_faiss_top_k_of_the_index(kit, sampler):
+    queries = [q["question"] for q in kit["questions"]] + ["   "]
+    got = sampler.search(queries, 3)
+    want = kit["dense"].search(queries[:-1], 3)
+    assert [[h.id for h in hs] for hs in got[:-1]] == [[h.id for h in hs] for hs in want]
+    assert got[-1] == []   # a blank query gets nothing, as in every other retriever
+
+
+def test_sampled_log_prob_is_what_the_policy_recomputes_and_ratio_starts_at_one(kit, sampler):
+    g = torch.Generator().manual_seed(0)
+    trajs, _ = run_retrieval_episodes(sampler, kit["questions"][:3], RolloutConfig(n=4, topk=3, seed=1))
+    assert len(trajs) == 12 and all(len(t.retrievals) == 1 for t in trajs)
+    assert [t.group for t in trajs] == [0] * 4 + [1] * 4 + [2] * 4
+    a = trajs[0].retrievals[0]
+    assert len(a.candidate_rows) == 10 and len(set(a.sampled)) == 3
+    assert trajs[0].turns[0].passage_ids[0] == [a.candidate_ids[p] for p in a.sampled]
+    policy = RetrieverPolicy(sampler.encoder, sampler.embeddings, 0.05)
+    batch = collate_retrievals(trajs)
+    out = policy.forward(batch)
+    assert torch.allclose(out["logprobs"], batch.old_logprobs, atol=1e-4)
+    # selecting rows keeps each row's own actions
+    sub = batch.select([5, 0])
+    assert torch.allclose(policy.forward(sub)["logprobs"][:, 0], batch.old_logprobs[[5, 0], 0], atol=1e-4)
+    del g
+
+
+def test_gradients_reach_the_encoder_and_never_the_passage_vectors(kit):
+    encoder = QueryEncoder("all-minilm-l6-v2")
+    sampler = StochasticRetriever(kit["dense"], encoder, pool=10, temperature=0.05)
+    before_vectors = sampler.embeddings.clone()
+    before_index = kit["dense"].embeddings.copy()
+    trajs, _ = run_retrieval_episodes(sampler, kit["questions"][:2], RolloutConfig(n=2, topk=3, seed=0))
+    policy = RetrieverPolicy(encoder, sampler.embeddings, 0.05)
+    out = policy.forward(collate_retrievals(trajs))
+    out["logprobs"].sum().backward()
+    grads = [p.grad for p in encoder.parameters() if p.requires_grad]
+    assert any(g is not None and float(g.abs().sum()) > 0 for g in grads)
+    assert not sampler.embeddings.requires_grad and sampler.embeddings.grad is None
+    torch.optim.SGD(encoder.parameters(), lr=1.0).step()
+    assert torch.equal(sampler.embeddings, before_vectors)
+    assert np.array_equal(kit["dense"].embeddings, before_index)
+
+
+def test_follow_up_search_embeds_question_and_history(kit):
+    """With a generator in the loop, every search is a sampled action, and the second search's
+    text carries the original question and what the first one found."""
+    from ragrl.agents.registry import get_protocol
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.episode import run_episodes
+    from tests.rollout.scripted import ScriptedEngine
+
+    _, tok = load_policy("smollm2-135m-instruct")
+    protocol = get_protocol("search_r1")
+    q = kit["questions"][0]["question"]
+    engine = ScriptedEngine(tok, protocol, {q: ["<search> first hop </search>", "<search> second hop </search>",
+                                                "<answer> x </answer>"]})
+    sampler = StochasticRetriever(kit["dense"], QueryEncoder("all-minilm-l6-v2"), pool=10, temperature=0.05)
+    trajs, _ = run_episodes(engine, protocol, sampler, [kit["questions"][0]], RolloutConfig(n=1, max_turns=3, seed=0))
+    acts = trajs[0].retrievals
+    assert len(acts) == 2
+    assert acts[0].query_text.startswith(f"Original Question: {q}") and acts[0].query_text.endswith("Query: first hop")
+    assert '"sub_query": "first hop"' in acts[1].query_text
+    assert trajs[0].turns[0].passage_titles[0][0] in acts[1].query_text
+    off = StochasticRetriever(kit["dense"], sampler.encoder, pool=10, temperature=0.05, history=False)
+    assert off.text(QueryRequest(q, "second hop", [{"sub_query": "first hop"}])) == "second hop"
+
+
+def test_grpo_on_gold_recall_raises_recall_on_its_training_questions(kit, tmp_path):
+    """A few steps of real GRPO (the Trainer, the tiny recipe) move deterministic recall@3 up."""
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    cfg = load_train_config("harr_grpo", [
+        f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}",
+        f"data.eval={kit['root'] / 'train.jsonl'}", f"data.eval_n={N_QUESTIONS}", "steps=12", "eval_every=0",
+        "questions_per_step=6", "lr=3e-4", "retriever.pool=10", "retriever.temperature=0.1",
+        "retriever.filter_questions=false", f"out_dir={tmp_path / 'run'}", "save_every=100"], variant="tiny")
+    trainer = Trainer(cfg)
+    before = trainer.evaluate()["recall"]
+    trainer.train(progress=False)
+    after = trainer.evaluate()["recall"]
+    assert after > before + 2.0, (before, after)
+    assert (tmp_path / "run" / "final_encoder" / "modules.json").exists()
+    assert (tmp_path / "run" / "config.yaml").read_text().count("policy: retriever") == 1
+
+
+def test_ppo_value_head_learns_the_reward_scale(kit, tmp_path):
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    cfg = load_train_config("harr_ppo", [
+        f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}", "steps=6",
+        "eval_every=0", "questions_per_step=6", "lr=1e-3", "retriever.pool=10", "retriever.filter_questions=false",
+        f"out_dir={tmp_path / 'ppo'}", "save_every=100"], variant="tiny")
+    rows = Trainer(cfg).train(progress=False)
+    assert rows[-1]["value_loss"] < rows[0]["value_loss"]
+
+
+def test_a_lexical_index_or_other_encoder_is_refused_before_any_rollout(kit, tmp_path, demo_bm25_dir):
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    base = [f"data.train={kit['root'] / 'train.jsonl'}", f"out_dir={tmp_path / 'x'}"]
+    with pytest.raises(ConfigError, match="dense or hybrid index"):
+        Trainer(load_train_config("harr_grpo", base + [f"data.index={demo_bm25_dir}"], variant="tiny"))
+    with pytest.raises(ConfigError, match="retriever.encoder"):
+        Trainer(load_train_config("harr_grpo", base + [f"data.index={kit['index_dir']}",
+                                                       "retriever.encoder=bert-base-uncased"], variant="tiny"))
+    assert not (tmp_path / "x" / "metrics.jsonl").exists()
+
+
+def test_index_from_precomputed_vectors_is_checked_against_corpus_and_encoder(kit, tmp_path):
+    from ragrl.retrieval.index import build_index, load_index
+
+    vectors = kit["dense"].embeddings.astype(np.float16)
+    good = tmp_path / "good.npy"
+    np.save(good, vectors)
+    out = build_index(kit["corpus"], tmp_path / "from_vectors", kind="dense", vectors=good, progress=False)
+    idx = load_index(out)
+    q = [x["question"] for x in kit["questions"]]
+    assert [[h.id for h in hs] for hs in idx.search(q, 3)] == [[h.id for h in hs] for hs in kit["dense"].search(q, 3)]
+    np.save(tmp_path / "short.npy", vectors[:-1])
+    with pytest.raises(IndexMismatchError, match="vectors for a corpus of"):
+        build_index(kit["corpus"], tmp_path / "bad1", kind="dense", vectors=tmp_path / "short.npy", progress=False)
+    np.save(tmp_path / "shuffled.npy", vectors[::-1].copy())
+    with pytest.raises(IndexMismatchError, match="another corpus order or encoder"):
+        build_index(kit["corpus"], tmp_path / "bad2", kind="dense", vectors=tmp_path / "shuffled.npy", progress=False)
+    assert not (tmp_path / "bad1").exists() and not (tmp_path / "bad2").exists()
+
+
+def test_killed_encoder_run_resumes_to_the_uninterrupted_metrics(kit, tmp_path):
+    """SIGKILL while checkpoint 4 is being written; --resume from step 2 replays steps 2-3 exactly."""
+    import signal
+    import time
+
+    sets = {"data.index": kit["index_dir"], "data.train": kit["root"] / "train.jsonl", "steps": 4,
+            "save_every": 2, "questions_per_step": 4, "rollout.n": 4, "retriever.pool": 10, "eval_every": 0,
+            "lr": 3e-4, "seed": 3}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
+
+    def cmd(out, resume=False, worker=False):
+        entry = [str(HERE.parent / "train" / "train_worker.py")] if worker else ["-m", "ragrl.cli.main"]
+        args = [a for k, v in {**sets, "out_dir": out}.items() for a in ("--set", f"{k}={v}")]
+        return [sys.executable, *entry, "train", "harr_grpo", "--variant", "tiny", *args] + (["--resume"] if resume else [])
+
+    subprocess.run(cmd(tmp_path / "clean"), env=env, check=True, capture_output=True, timeout=300)
+    want = read_metrics(tmp_path / "clean")
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen(cmd(tmp_path / "killed", worker=True), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**env, "RAGRL_TEST_HANG_AT_CHECKPOINT": "4",
+                                                            "RAGRL_TEST_READY": str(ready)})
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert (tmp_path / "killed" / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    subprocess.run(cmd(tmp_path / "killed", resume=True), env=env, check=True, capture_output=True, timeout=300)
+    got = read_metrics(tmp_path / "killed")
+    assert [r["step"] for r in got] == [0, 1, 2, 3]
+    assert len({round(r["grad_norm"], 6) for r in want}) == 4   # the steps differ, so equality means something
+    for g, w in zip(got, want):
+        for k in ("reward_mean", "gold_recall", "grad_norm", "pg_loss", "loss"):
+            assert math.isclose(g[k], w[k], rel_tol=1e-4, abs_tol=1e-6), (w["step"], k, g[k], w[k])
+    kept = json.loads((tmp_path / "killed" / "kept_questions.json").read_text())
+    assert kept == json.loads((tmp_path / "clean" / "kept_questions.json").read_text())
+    assert 0 < len(kept["kept"]) <= kept["total"] == N_QUESTIONS
+
+
+def test_retriever_quickstart_end_to_end_on_a_small_index(kit, tiny_model_dir, tmp_path, monkeypatch):
+    """The main job's stages on the small index: before / after tables with paired differences,
+    the encoder kept on the held-apart questions, curves; held-out questions never train."""
+    from ragrl.quickstart_retriever import run_retriever_quickstart
+
+    monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
+    questions = kit["questions"]
+    test = write_jsonl(tmp_path / "test.jsonl", questions[:6])
+    train = write_jsonl(tmp_path / "train.jsonl", questions[6:])
+    sets = [f"data.index={kit['index_dir']}", f"data.train={train}", f"data.eval={train}", "data.eval_n=6",
+            f"model.name={tiny_model_dir}", "model.dtype=float32", "steps=4", "eval_every=2", "keep_best=recall",
+            "questions_per_step=3", "retriever.pool=10", "lr=3e-4"]
+    report = run_retriever_quickstart(str(tmp_path / "qs"), sets, minutes=None, downstream_n=4,
+                                      test_sets={"small": str(test)})
+    small = report["sets"]["small"]
+    assert set(small["retrieval"]["paired"]["RL encoder"]) == {"recall", "answer_at_k"}
+    assert small["downstream_n"] == 4 and 0 <= small["downstream_regenerated"] <= 4
+    assert report["settings"]["steps"] == 4 and report["settings"]["best"]["step"] in (2, 4)
+    md = (tmp_path / "qs" / "before_after.md").read_text()
+    assert "gold recall@3" in md and "RL encoder" in md and "Δ vs base encoder" in md
+    assert (tmp_path / "qs" / "training_curves.png").stat().st_size > 0
+    assert (tmp_path / "qs" / "rl" / "best_encoder" / "modules.json").exists()
+    trained_on = {r["id"] for r in map(json.loads, train.read_text().splitlines())}
+    assert not trained_on & {q["id"] for q in questions[:6]}
