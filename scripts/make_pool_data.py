@@ -9,7 +9,11 @@ split off the dev sets for training (disjoint from every eval/ file). Determinis
   held-apart slice, plus the 200 HotpotQA-train / MuSiQue-train questions of
   `multihop_train_with_context` (gold passages in the corpus too);
 - `pool_dev.jsonl.gz`: 200 HotpotQA dev-pool questions held apart, to choose settings and when
-  to stop. No eval/ question is in either file.
+  to stop;
+- `smartrag_train.jsonl.gz` / `smartrag_dev.jsonl.gz`: PopQA pool questions (long-tail factoid
+  questions, where retrieval pays most; 400 / 100 held apart) mixed with as many HotpotQA
+  dev-pool questions from pool_train / pool_dev (questions the model may or may not know).
+No eval/ question is in any file.
 """
 from __future__ import annotations
 
@@ -51,7 +55,20 @@ def main() -> None:
         raise SystemExit(f"{len(leaked)} pool questions are also eval questions: {leaked[:5]}")
     write(train, OUT / "pool_train.jsonl.gz")
     write(dev, OUT / "pool_dev.jsonl.gz")
-    print(f"pool_train: {len(train)} questions, pool_dev: {len(dev)} (held apart) -> {OUT}")
+    popqa = read(SHARED / "train" / "popqa_pool.jsonl.gz")
+    random.Random(1).shuffle(popqa)
+    rng = random.Random(2)
+    s_train = popqa[100:] + rng.sample(pool[N_DEV:], len(popqa) - 100)
+    s_dev = popqa[:100] + rng.sample(dev, 100)
+    rng.shuffle(s_train)
+    rng.shuffle(s_dev)
+    bad = [r["id"] for r in s_train + s_dev if r["question"].strip().lower() in eval_texts]
+    if bad:
+        raise SystemExit(f"{len(bad)} popqa pool questions are also eval questions: {bad[:5]}")
+    write(s_train, OUT / "smartrag_train.jsonl.gz")
+    write(s_dev, OUT / "smartrag_dev.jsonl.gz")
+    print(f"pool_train: {len(train)} questions, pool_dev: {len(dev)} (held apart); smartrag_train: "
+          f"{len(s_train)}, smartrag_dev: {len(s_dev)} -> {OUT}")
 
 
 if __name__ == "__main__":

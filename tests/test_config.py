@@ -166,3 +166,13 @@ def test_dump_load_round_trip(tmp_path):
     data = config_to_dict(cfg)
     assert data["optim"]["betas"] == [0.9, 0.999] and data["out_dir"] == "runs"
     assert yaml.safe_load(path.read_text()) == data
+
+
+def test_an_override_inside_an_untyped_mapping_is_resolved_to_its_value():
+    """`--set reward.smartrag.cost=0.5` reaches the reward as the number 0.5 (the cost sweep)."""
+    from ragrl.rewards.registry import make_reward
+    from ragrl.train.recipe import load_train_config
+
+    cfg = load_train_config("smartrag_ppo", ["reward.smartrag.cost=0.5"], "tiny")
+    assert cfg.reward == {"smartrag": {"cost": 0.5, "invalid_penalty": 1.0}}
+    assert make_reward(cfg.reward).terms[0].options == {"cost": 0.5, "invalid_penalty": 1.0}

@@ -138,6 +138,17 @@ def _exact_match(value: Any, tp: Any) -> bool:
     return isinstance(origin, type) and isinstance(value, origin)
 
 
+def _unwrap(value: Any) -> Any:
+    """An untyped value (e.g. inside `reward: dict`) with every parsed override inside it resolved."""
+    if isinstance(value, _Override):
+        return value.value
+    if isinstance(value, Mapping):
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """`value` checked against (and converted to) the annotation `tp`, or ConfigError."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -145,7 +156,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         wants_text = tp is str or (origin is Literal and value.text in args)
         value = value.text if wants_text and not isinstance(value.value, str) else value.value
     if tp is Any or tp is object:
-        return value.value if isinstance(value, _Override) else value
+        return _unwrap(value)
 
     if origin in (Union, types.UnionType):  # try the member the value already is first
         parsed = value.value if isinstance(value, _Override) else value

@@ -5,13 +5,15 @@ from pathlib import Path
 
 from ragrl.errors import RagrlError
 from ragrl.jsonl import iter_json_objects
-from ragrl.paths import DEMO_EVAL, DEMO_TRAIN, POOL_DEV, POOL_TRAIN, resolve_kit
+from ragrl.paths import DEMO_EVAL, DEMO_TRAIN, POOL_DEV, POOL_TRAIN, SMARTRAG_DEV, SMARTRAG_TRAIN, resolve_kit
 
-ALIASES = {"demo-train": DEMO_TRAIN, "demo-eval": DEMO_EVAL, "pool-train": POOL_TRAIN, "pool-dev": POOL_DEV}
+ALIASES = {"demo-train": DEMO_TRAIN, "demo-eval": DEMO_EVAL, "pool-train": POOL_TRAIN, "pool-dev": POOL_DEV,
+           "smartrag-train": SMARTRAG_TRAIN, "smartrag-dev": SMARTRAG_DEV}
 
 
 def resolve_data(path: str | Path) -> Path:
-    """`demo-train` / `demo-eval` / `pool-train` / `pool-dev` name the bundled splits; `kit:eval/…`
+    """`demo-train` / `demo-eval` / `pool-train` / `pool-dev` / `smartrag-train` / `smartrag-dev`
+    name the bundled splits; `kit:eval/…`
     a file of the data kit (ragrl.paths.data_kit); anything else is a file path."""
     p = ALIASES.get(str(path)) or resolve_kit(path)
     if not Path(p).exists():

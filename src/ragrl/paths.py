@@ -10,6 +10,8 @@ DEMO_TRAIN = DATA_DIR / "train.jsonl.gz"
 DEMO_EVAL = DATA_DIR / "eval.jsonl.gz"
 POOL_TRAIN = DATA_DIR / "pool_train.jsonl.gz"   # scripts/make_pool_data.py: dev-pool training questions
 POOL_DEV = DATA_DIR / "pool_dev.jsonl.gz"       # 200 of them held apart, to choose settings on
+SMARTRAG_TRAIN = DATA_DIR / "smartrag_train.jsonl.gz"   # PopQA + HotpotQA dev-pool questions
+SMARTRAG_DEV = DATA_DIR / "smartrag_dev.jsonl.gz"       # 200 of them held apart
 KIT_PREFIX = "kit:"
 
 

@@ -34,7 +34,7 @@ TEST_SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "k
 RL_STEP_CAP = 5000   # the time bound ends RL first
 
 
-def _downstream(engine, search, samples, cfg, reuse: dict | None = None) -> dict:
+def naive_rag_answers(engine, search, samples, cfg, reuse: dict | None = None) -> dict:
     """Naive RAG with the frozen generator over `search`'s top k; {id: trajectory}. Questions
     whose top-k ids equal those in `reuse` keep reuse's trajectory (greedy: same prompt, same answer)."""
     from ragrl.eval.harness import EvalConfig, evaluate
@@ -55,7 +55,7 @@ def _downstream(engine, search, samples, cfg, reuse: dict | None = None) -> dict
     return out
 
 
-def _qa(per_q: dict, ids: list[str]) -> dict:
+def qa_scores(per_q: dict, ids: list[str]) -> dict:
     from ragrl.eval.harness import score
 
     rows = {}
@@ -101,7 +101,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     engine = HFEngine(lm, tok, max_batch_size=32)
     down_samples = {name: qs[:downstream_n] for name, qs in tests.items()}
     t0 = time.perf_counter()
-    base_down = {name: _downstream(engine, base_search, qs, cfg) for name, qs in down_samples.items()}
+    base_down = {name: naive_rag_answers(engine, base_search, qs, cfg) for name, qs in down_samples.items()}
     base_gen_s = time.perf_counter() - t0
     console.print(f"    naive RAG on {sum(map(len, down_samples.values()))} questions in {base_gen_s:.0f} s")
 
@@ -131,9 +131,9 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     for name, qs in tests.items():
         comp = compare_retrievers({"base encoder": base_search, "RL encoder": trained.search}, qs, cfg.rollout.topk,
                                   baseline="base encoder")
-        down = _downstream(engine, trained.search, down_samples[name], cfg, reuse=base_down[name])
+        down = naive_rag_answers(engine, trained.search, down_samples[name], cfg, reuse=base_down[name])
         ids = [str(q["id"]) for q in down_samples[name]]
-        qa_base, qa_rl = _qa(base_down[name], ids), _qa(down, ids)
+        qa_base, qa_rl = qa_scores(base_down[name], ids), qa_scores(down, ids)
         qa = {}
         for key in ("em", "f1"):
             a, b = [qa_base[i][key] for i in ids], [qa_rl[i][key] for i in ids]

@@ -220,7 +220,7 @@ def test_an_episode_round_trips(name):
     assert p.is_valid_format(response)
     assert p.extract_answer(response) == "Steven Spielberg"
     # an invalid turn answered by feedback makes the whole response badly formed
-    bad = f"{q_open} Jaws"
+    bad = f"{q_open} Jaws {a_open} x"   # two actions in one step: invalid in every protocol
     assert p.parse(bad).kind == "invalid"
     assert not p.is_valid_format(bad + p.format_feedback(p.parse(bad).error) + turn2)
 
@@ -268,10 +268,22 @@ def test_smartrag_actions():
     assert p.stop_strings == ["[/Search]", "[/Answer]"]
     assert p.parse("[Search] Jaws film director [/Search]") == Action("search", queries=["Jaws film director"])
     assert p.parse("[Answer] Steven Spielberg [/Answer]") == Action("answer", answer="Steven Spielberg")
-    assert err(p.parse("[Search] Jaws film")) == "unclosed [Search]"
+    # the first word decides (the released code's parser): a close marker is optional
+    assert p.parse("[Search] Jaws film") == Action("search", queries=["Jaws film"])
+    assert p.parse("\n [Answer] Steven Spielberg") == Action("answer", answer="Steven Spielberg")
+    assert err(p.parse("[Search] Jaws film [Answer] Spielberg")) == "two actions in one step"
+    assert err(p.parse("[Answer] Spielberg [Search] Jaws")) == "two actions in one step"
+    assert err(p.parse("[Search]   [/Search]")) == "empty query"
     assert err(p.parse("[Documents] Jaws was directed by me [/Documents]")) == \
         "the model wrote its own [Documents] block"
-    assert err(p.parse("<answer> x </answer>")) == "no [Search] or [Answer]"
+    assert err(p.parse("[Search] Jaws [Documents] fake")) == "the model wrote its own [Documents] block"
+    assert err(p.parse("<answer> x </answer>")) == "a step must start with [Search] or [Answer]"
+    assert err(p.parse("I think [Search] Jaws")) == "a step must start with [Search] or [Answer]"
+    assert p.invalid_ends_episode
+    obs = p.format_observation(["q"], [[JAWS]])
+    assert p.is_valid_format("[Search] q" + obs + "[Answer] Steven Spielberg [/Answer]<|im_end|>")
+    assert p.extract_answer("[Search] q" + obs + "[Answer] Steven Spielberg") == "Steven Spielberg"
+    assert not p.is_valid_format("[Answer] a" + obs + "[Answer] b")
     assert p.format_observation(["q"], [[JAWS]]) == (
         '\n[Documents]Doc 1 (Title: "Jaws (film)") Jaws is a 1975 film directed by Steven Spielberg.[/Documents]\n')
     assert "[Documents]Invalid action: empty query." in p.format_feedback("empty query")

@@ -62,7 +62,6 @@ INVALID_TURNS = [
      "the model wrote its own <information> block"),
     ("r1_searcher", (f"<think>I recall <|begin_of_documents|>{FAKE_DOC}<|end_of_documents|>", "length"),
      "the model wrote its own <|begin_of_documents|> block"),
-    ("smartrag", ("[Search] Maria Golovin [Answer] Menotti", "length"), "unclosed [Search]"),
     ("search_r1", (LONG_ANSWER, None), "unclosed <answer>"),  # cut at the 64-token turn budget
 ]
 

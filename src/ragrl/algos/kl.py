@@ -113,8 +113,48 @@ class AdaptiveKLController:
         self.value, self.target, self.horizon = float(state["value"]), float(state["target"]), int(state["horizon"])
 
 
-def make_kl_controller(coef: float, target: float | None = None, horizon: int = 10000):
-    """Adaptive controller when a target KL is given, fixed otherwise."""
+@dataclass
+class RL4LMsKLController:
+    """RL4LMs' adaptive KL coefficient (SmartRAG's PPO config: initial 0.001, target 0.2).
+
+    After each update with observed KL `current_kl`:
+        value *= 1 + 0.1 * clip((current_kl - target) / target, -0.2, 0.2)
+    i.e. at most ±2% per update, whatever the batch size (unlike Ziegler's, which scales with it).
+
+    >>> c = RL4LMsKLController(0.001, 0.2)
+    >>> c.update(0.3, n_steps=64); round(c.value, 10)      # error 0.5, clipped to 0.2: x1.02
+    0.00102
+    >>> c.update(0.15, n_steps=64); round(c.value, 10)     # error -0.25 -> -0.2: x0.98
+    0.0009996
+    """
+
+    value: float
+    target: float
+
+    def __post_init__(self):
+        if self.target <= 0:
+            raise ConfigError(f"adaptive KL needs target > 0, got {self.target}")
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max((float(current_kl) - self.target) / self.target, -0.2), 0.2)
+        self.value *= 1.0 + 0.1 * error
+
+    def state_dict(self) -> dict:
+        return {"value": self.value, "target": self.target}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value, self.target = float(state["value"]), float(state["target"])
+
+
+KL_CONTROLLERS = ("ziegler", "rl4lms")
+
+
+def make_kl_controller(coef: float, target: float | None = None, horizon: int = 10000, kind: str = "ziegler"):
+    """Adaptive controller (`kind`: ziegler or rl4lms) when a target KL is given, fixed otherwise."""
     if target is None:
         return FixedKLController(coef)
+    if kind == "rl4lms":
+        return RL4LMsKLController(coef, target)
+    if kind != "ziegler":
+        raise ConfigError(f"algo.kl_controller must be one of {', '.join(KL_CONTROLLERS)}; got {kind!r}")
     return AdaptiveKLController(coef, target, horizon)

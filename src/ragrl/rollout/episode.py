@@ -37,6 +37,7 @@ class RolloutConfig:
     max_obs_tokens: int = 192          # one observation, tags included
     passage_words: int = 40            # each passage cut to this many words before the token budget
     max_queries_per_call: int = 3      # queries honoured from one search action
+    max_searches: int | None = None    # retrieval quota per episode (SmartRAG): a search past it is a format error
     topk: int = 3
     temperature: float = 1.0
     top_p: float = 1.0
@@ -182,12 +183,19 @@ def _apply_action(st: _State, g: Generation, protocol: Protocol, tok, cfg: Rollo
     if action.kind == "answer":
         t.answer, st.done, t.stop_reason = action.answer, True, "answer"
         return
+    if action.kind == "search" and cfg.max_searches is not None and t.num_searches >= cfg.max_searches:
+        action = Action("invalid", error=f"search past the quota of {cfg.max_searches}")
+        turn.kind, turn.error = action.kind, action.error
     if action.kind == "search":
         turn.queries = action.queries[: cfg.max_queries_per_call]
         t.num_searches += 1
         st.pending_queries = list(turn.queries)
     else:
         t.format_errors += 1
+        if getattr(protocol, "invalid_ends_episode", False):
+            # SmartRAG: an unparseable step ends the episode (its reward carries the penalty).
+            st.done, t.stop_reason = True, "format_error"
+            return
         if g.stop_reason == "eos":
             # The model closed its turn without acting: nothing more will come from it.
             st.done, t.stop_reason = True, "no_answer"

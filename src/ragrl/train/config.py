@@ -55,6 +55,7 @@ class AlgoConfig:
     kl_in_reward: bool = False            # PPO style (reward) or GRPO style (loss)
     kl_target: float | None = None        # set for an adaptive coefficient
     kl_horizon: int = 10000
+    kl_controller: Literal["ziegler", "rl4lms"] = "ziegler"   # how kl_target adapts the coefficient
     gamma: float = 1.0
     lam: float = 1.0
     entropy_coef: float = 0.0
@@ -74,6 +75,10 @@ class SFTConfig:
     # Share of warm-start episodes that answer without searching (questions drawn at random), so
     # that RL starts from a policy that does both and can learn *when* to search; 0: always search.
     direct_frac: float = 0.0
+    # How episodes are built: gold search episodes (+ direct_frac), or SmartRAG's (answer directly
+    # where the base model is right closed-book, else search and answer from the documents).
+    builder: Literal["gold_search", "smartrag"] = "gold_search"
+    max_questions: int | None = None      # train questions used to build episodes (None: all)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from pathlib import Path
 from ragrl.config import load_config
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
+from ragrl.retrieval.base import Hit
 from ragrl.train.config import TrainConfig
 
 log = logging.getLogger("ragrl.train")
@@ -39,7 +40,7 @@ def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progr
     """Synthesize gold search episodes from the train split and fit the adapter on them."""
     from ragrl.train.sft import run_sft
 
-    trajs = warm_start_episodes(cfg, tok, retriever)
+    trajs = SFT_BUILDERS[cfg.sft.builder](cfg, model, tok, retriever)
     result = run_sft(model, tok, trajs, steps=cfg.sft.steps, batch_size=cfg.sft.batch_size, lr=cfg.sft.lr,
                      seed=cfg.seed, out_dir=out_dir, progress=progress)
     log.info("SFT: %d steps, loss %.3f -> %.3f in %.0f s", cfg.sft.steps, result.losses[0], result.losses[-1],
@@ -61,7 +62,8 @@ def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
     frac = cfg.sft.direct_frac
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
-    corpus = load_corpus(cfg.data.corpus or DEMO_CORPUS)
+    from ragrl.paths import resolve_kit
+    corpus = load_corpus(resolve_kit(cfg.data.corpus) if cfg.data.corpus else DEMO_CORPUS)
     passages = {corpus.ids[i]: Hit(corpus.ids[i], corpus.titles[i], corpus.texts[i], 0.0) for i in range(len(corpus))}
     protocol = get_protocol(cfg.agent)
     rng = random.Random(cfg.seed)
@@ -78,6 +80,37 @@ def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
         trajs = trajs + [direct_trajectory(tok, protocol, s) for s in rng.sample(samples, n_direct)]
         log.info("SFT: %d of %d episodes answer without searching", n_direct, len(trajs))
     return trajs
+
+
+def smartrag_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
+    """SmartRAG's warm start (ragrl.train.sft_smartrag): closed-book check by the model being
+    warm-started (its LoRA is still zero: the base model), then direct or search targets."""
+    from ragrl.agents.registry import get_protocol
+    from ragrl.paths import resolve_kit, DEMO_CORPUS
+    from ragrl.retrieval.corpus import load_corpus
+    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.train.sft_smartrag import closed_book_right, smartrag_targets
+
+    samples = load_questions(cfg.data.train)
+    if cfg.sft.max_questions:
+        samples = random.Random(cfg.seed).sample(samples, min(cfg.sft.max_questions, len(samples)))
+    corpus = load_corpus(resolve_kit(cfg.data.corpus) if cfg.data.corpus else DEMO_CORPUS)
+    wanted = {pid for s in samples for pid in s.get("gold_passage_ids") or []}
+    passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
+                if (i := corpus.row(pid)) is not None}
+    model.eval()
+    known = closed_book_right(HFEngine(model, tok, max_batch_size=cfg.model.max_batch_size), samples, cfg.seed)
+    trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
+                                     cfg.rollout, cfg.seed)
+    log.info("SmartRAG SFT: %d answer directly (right closed-book), %d search, %d dropped (answer not in "
+             "the documents)", counts["direct"], counts["search"], counts["dropped"])
+    if not trajs:
+        raise ConfigError(f"SmartRAG SFT built no episode from {cfg.data.train}")
+    return trajs
+
+
+SFT_BUILDERS = {"gold_search": lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever),
+                "smartrag": smartrag_episodes}
 
 
 def answer_visible(traj) -> bool:

@@ -97,7 +97,8 @@ class Trainer:
         if self.sharded:
             log.info("optimizer state sharded over %d ranks (ZeRO-1)", self.world)
         self.scheduler = make_scheduler(self.optimizer, cfg)
-        self.kl = make_kl_controller(cfg.algo.kl_coef, cfg.algo.kl_target, cfg.algo.kl_horizon)
+        self.kl = make_kl_controller(cfg.algo.kl_coef, cfg.algo.kl_target, cfg.algo.kl_horizon,
+                                     cfg.algo.kl_controller)
         schedule = cfg.reward_schedule or [[0, cfg.reward]]
         self.rewards = RewardSchedule([(int(s), spec) for s, spec in schedule])
         self.run_dir = Path(cfg.out_dir)
@@ -341,7 +342,9 @@ def default_retriever(cfg: TrainConfig):
     from ragrl.retrieval.inprocess import make_retriever
 
     if cfg.data.index:
-        return make_retriever(cfg.data.index)
+        from ragrl.paths import KIT_PREFIX, resolve_kit   # a URL stays a URL
+        spec = cfg.data.index
+        return make_retriever(str(resolve_kit(spec)) if spec.startswith(KIT_PREFIX) else spec)
     return make_retriever(str(cached_bm25_index(cfg.data.corpus)))
 
 
@@ -362,10 +365,10 @@ def cached_bm25_index(corpus: str | None) -> Path:
     """Build (once) a BM25 index of `corpus` (default: the bundled demo corpus) under $RAGRL_HOME."""
     import hashlib
 
-    from ragrl.paths import DEMO_CORPUS, ragrl_home
+    from ragrl.paths import DEMO_CORPUS, ragrl_home, resolve_kit
     from ragrl.retrieval.index import build_index
 
-    path = Path(corpus) if corpus else DEMO_CORPUS
+    path = resolve_kit(corpus) if corpus else DEMO_CORPUS
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     out = ragrl_home() / "indexes" / f"bm25-{digest}"
     if not (out / "manifest.json").exists():

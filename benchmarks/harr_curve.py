@@ -1,0 +1,122 @@
+"""HARR on a CPU: does RL on the query encoder improve held-out retrieval over the full corpus?
+
+    .venv/bin/python benchmarks/harr_curve.py --minutes 20            # -> results/harr_curve.{json,png}
+
+Trains `harr_grpo` (tiny unless --variant; overrides with --set) on pool-train for --minutes,
+checkpointing the encoder every --every steps and evaluating pool-dev (held apart from training)
+at the same steps; the encoder kept is the one best on pool-dev. Then, for the base encoder and
+every checkpoint: gold recall@3 / answer@3 on the held-out eval sets (HotpotQA dev 358, MuSiQue
+dev 100) over the dense index of the full 51k-passage corpus. The held-out curve is reported,
+never used to choose. Finally the kept encoder against the base with paired differences, and
+naive RAG with a frozen SmolLM2 over each encoder's top 3 (answers re-generated only where the
+top 3 changed: greedy decoding makes the rest identical). JSON and PNG are rewritten as it goes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=20.0, help="training wall-time budget")
+    ap.add_argument("--every", type=int, default=50, help="checkpoint + pool-dev evaluation interval (steps)")
+    ap.add_argument("--variant", default="tiny")
+    ap.add_argument("--name", default="harr_curve")
+    ap.add_argument("--downstream", action="store_true", help="also naive RAG EM/F1 with a frozen SmolLM2")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    args = ap.parse_args()
+
+    from ragrl.datasets import load_questions
+    from ragrl.eval.plots import line_plot
+    from ragrl.eval.retrieval import compare_retrievers, retrieval_eval
+    from ragrl.models.query_encoder import QueryEncoder
+    from ragrl.retrieval.stochastic import StochasticRetriever
+    from ragrl.train.checkpoint import load_checkpoint
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.run_dir import read_metrics
+    from ragrl.train.trainer import Trainer
+
+    out = ROOT / "benchmarks" / "results" / args.name
+    run_dir = ROOT / "runs" / args.name
+    cfg = load_train_config("harr_grpo", [f"out_dir={run_dir}", "steps=100000", f"save_every={args.every}",
+                                          f"eval_every={args.every}", "keep_best=recall", "keep_last=1000",
+                                          *args.overrides], args.variant)
+    tests = {name: load_questions(path) for name, path in TEST_SETS.items()}
+    trainer = Trainer(cfg)
+    dense = trainer.setup.sampler.index
+    t0 = time.perf_counter()
+    rows = trainer.train(progress=True, time_budget_s=args.minutes * 60)
+    train_s = time.perf_counter() - t0
+    result = {"settings": {"recipe": "harr_grpo", "variant": args.variant, "overrides": args.overrides,
+                           "corpus_passages": len(dense), "train": cfg.data.train, "dev": cfg.data.eval,
+                           "steps": len(rows), "train_minutes": train_s / 60,
+                           "steps_per_minute": len(rows) / (train_s / 60)}, "curve": []}
+
+    def evaluate(search) -> dict:
+        return {name: {k: v for k, v in retrieval_eval(search, qs, cfg.rollout.topk).items() if k != "per_question"}
+                for name, qs in tests.items()}
+
+    result["curve"].append({"step": 0, **{f"{n}/{k}": v for n, m in evaluate(dense.search).items() for k, v in m.items()}})
+    metrics = {r["step"] + 1: r for r in read_metrics(run_dir) if "eval/recall" in r}
+    encoder = QueryEncoder(cfg.retriever.encoder)
+    sampler = StochasticRetriever(dense, encoder)
+    for ck in sorted((run_dir / "checkpoints").glob("step_*")):
+        load_checkpoint(ck, model=encoder, restore_rng=False)
+        step = int(ck.name.split("_")[1])
+        point = {"step": step, **{f"{n}/{k}": v for n, m in evaluate(sampler.search).items() for k, v in m.items()}}
+        if step in metrics:
+            point.update({k: metrics[step][k] for k in ("eval/recall", "eval/recall_lo", "eval/recall_hi")})
+        result["curve"].append(point)
+        (out.with_suffix(".json")).write_text(json.dumps(result, indent=1))
+    best = json.loads((run_dir / "best.json").read_text())
+    kept = StochasticRetriever(dense, QueryEncoder(str(run_dir / "best_encoder")))
+    result["kept"] = best
+    result["final"] = {}
+    for name, qs in tests.items():
+        comp = compare_retrievers({"base": dense.search, "rl": kept.search}, qs, cfg.rollout.topk, baseline="base")
+        for k in ("base", "rl"):
+            comp[k].pop("per_question")
+        result["final"][name] = comp
+    if args.downstream:
+        result["downstream"] = downstream(cfg, tests, dense.search, kept.search)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    train_rows = read_metrics(run_dir)
+    line_plot(train_rows, ["reward_mean", "eval/recall"], out.parent / f"{args.name}_train.png", smooth=0.0)
+    line_plot(result["curve"], [f"{n}/recall" for n in tests] + [f"{n}/answer_at_k" for n in tests],
+              out.with_suffix(".png"), cols=2)
+    print(json.dumps({"kept": best, "final": {n: r["paired"] for n, r in result["final"].items()},
+                      "downstream": result.get("downstream")}, indent=1))
+
+
+def downstream(cfg, tests, base_search, rl_search) -> dict:
+    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.quickstart_retriever import naive_rag_answers, qa_scores
+    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.train.policy import build_policy
+    from dataclasses import replace
+
+    lm, tok, _ = build_policy(replace(cfg.model, lora=False, init_adapter=None))
+    engine = HFEngine(lm, tok, max_batch_size=32)
+    out = {}
+    for name, qs in tests.items():
+        base = naive_rag_answers(engine, base_search, qs, cfg)
+        rl = naive_rag_answers(engine, rl_search, qs, cfg, reuse=base)
+        ids = [str(q["id"]) for q in qs]
+        a, b = qa_scores(base, ids), qa_scores(rl, ids)
+        out[name] = {"regenerated": sum(rl[i][0] != base[i][0] for i in ids)}
+        for key in ("em", "f1"):
+            x, y = [a[i][key] for i in ids], [b[i][key] for i in ids]
+            d, lo, hi, p = paired_bootstrap_diff(x, y)
+            out[name][key] = {"base": [100 * v for v in bootstrap_ci(x)], "rl": [100 * v for v in bootstrap_ci(y)],
+                              "diff": [100 * d, 100 * lo, 100 * hi], "p": p}
+    return out
+
+
+if __name__ == "__main__":
+    main()
