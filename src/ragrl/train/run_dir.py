@@ -119,6 +119,7 @@ class MetricsLogger:
         if self._tb is not None:
             # TensorBoard hides events at or after purge_step written by earlier writers.
             self._tb.close()
+            _wait_past_tb_files(self.run_dir / "tb")
             self._tb = self._open_tb(purge_step=step + 1)
 
     def close(self) -> None:
@@ -133,6 +134,19 @@ class MetricsLogger:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _wait_past_tb_files(tb_dir: Path) -> None:
+    """Readers apply a purge in file-name order, and an event file is named
+    `events.out.tfevents.<unix second>.<host>.<pid>.<counter>`: within one second a counter of 10
+    sorts before 9, so a purging writer opened in the same second as an earlier one could be read
+    first (its purge then hides nothing). Start it in a later second than every existing file."""
+    import time
+
+    stamps = [int(p.name.split(".")[3]) for p in tb_dir.glob("events.out.tfevents.*")
+              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    while stamps and time.time() < max(stamps) + 1:
+        time.sleep(0.05)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
