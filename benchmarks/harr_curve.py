@@ -56,7 +56,14 @@ def main() -> None:
     result = {"settings": {"recipe": "harr_grpo", "variant": args.variant, "overrides": args.overrides,
                            "corpus_passages": len(dense), "train": cfg.data.train, "dev": cfg.data.eval,
                            "steps": len(rows), "train_minutes": train_s / 60,
-                           "steps_per_minute": len(rows) / (train_s / 60)}, "curve": []}
+                           "steps_per_minute": len(rows) / (train_s / 60),
+                           # sampled retrieval episodes (questions x samples) per second of training,
+                           # the question filter's pass and pool-dev evaluations included
+                           "episodes_per_second": len(rows) * cfg.questions_per_step * cfg.rollout.n / train_s,
+                           "step_seconds_mean": sum(r["time/step_s"] for r in rows) / len(rows),
+                           "rollout_seconds_mean": sum(r["time/rollout_s"] for r in rows) / len(rows),
+                           "update_seconds_mean": sum(r["time/update_s"] for r in rows) / len(rows)},
+              "curve": []}
 
     def evaluate(search) -> dict:
         return {name: {k: v for k, v in retrieval_eval(search, qs, cfg.rollout.topk).items() if k != "per_question"}

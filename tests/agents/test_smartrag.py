@@ -138,3 +138,26 @@ def test_smartrag_ppo_recipe_runs_with_adaptive_kl_in_the_reward(tiny_model_dir,
     ratio = trainer.kl.value / 0.001
     assert ratio != 1.0 and 0.98 ** 2 - 1e-12 <= ratio <= 1.02 ** 2 + 1e-12
     assert all(r["reward_mean"] <= 2.0 for r in rows)
+
+
+def test_threshold_mode_forces_the_action_the_threshold_picks(demo_bm25_dir):
+    """SmartRAG's inference mode on the real SmolLM2: threshold 0 always searches first, threshold
+    1 always answers at once; p_search is the same number either way."""
+    from ragrl.eval.harness import EvalConfig, evaluate
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.decision_engine import ThresholdDecisionEngine
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy("smollm2-135m-instruct")
+    protocol = get_protocol("smartrag")
+    samples = load_questions("demo-eval", limit=2)
+    rcfg = RolloutConfig(max_turns=2, max_turn_tokens=12, max_response_tokens=80, topk=2, max_searches=1)
+    firsts = {}
+    for threshold in (0.0, 1.0):
+        engine = ThresholdDecisionEngine(HFEngine(model, tok), protocol.query[0], protocol.answer[0], threshold)
+        res = evaluate(engine, make_retriever(demo_bm25_dir), samples,
+                       EvalConfig(agent="smartrag", systems=["agent"], n=2, rollout=rcfg))
+        trajs = res["smartrag"]["trajectories"]
+        firsts[threshold] = ([t.turns[0].action_text.split()[0] for t in trajs], engine.decisions[:2])
+    assert firsts[0.0][0] == ["[Search]", "[Search]"] and firsts[1.0][0] == ["[Answer]", "[Answer]"]
+    assert firsts[0.0][1] == pytest.approx(firsts[1.0][1]) and all(0 < p < 1 for p in firsts[0.0][1])

@@ -249,3 +249,21 @@ def test_retriever_quickstart_end_to_end_on_a_small_index(kit, tiny_model_dir, t
     assert (tmp_path / "qs" / "rl" / "best_encoder" / "modules.json").exists()
     trained_on = {r["id"] for r in map(json.loads, train.read_text().splitlines())}
     assert not trained_on & {q["id"] for q in questions[:6]}
+
+
+def test_eval_cli_compares_the_index_encoder_with_a_saved_query_encoder(kit, tmp_path):
+    """`ragrl eval --systems retrieval --query-encoder DIR`: an encoder saved untrained retrieves
+    exactly what the index's own encoder does (paired difference 0); a bad folder is refused."""
+    enc_dir = QueryEncoder("all-minilm-l6-v2").save_encoder(tmp_path / "enc")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    base = [sys.executable, "-m", "ragrl.cli.main", "eval", "--systems", "retrieval", "--index", str(kit["index_dir"]),
+            "--data", str(kit["root"] / "train.jsonl"), "--n", "8"]
+    subprocess.run(base + ["--query-encoder", str(enc_dir), "--out", str(tmp_path / "ev")], env=env, check=True,
+                   capture_output=True, timeout=300)
+    res = json.loads((tmp_path / "ev" / "retrieval.json").read_text())
+    assert res["index encoder"]["n"] == 8 and res["index encoder"]["recall"] == res["trained encoder"]["recall"]
+    assert res["paired"]["trained encoder"]["recall"]["diff"] == 0.0
+    assert res["changed"]["trained encoder"]["recall"] == {"gained": 0, "lost": 0}
+    bad = subprocess.run(base + ["--query-encoder", str(tmp_path), "--out", str(tmp_path / "ev2")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "--query-encoder" in bad.stderr and "Traceback" not in bad.stderr

@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         max_turns: int = typer.Option(4, "--max-turns", min=1),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         seed: int = typer.Option(0, "--seed"),
+        search_threshold: Optional[float] = typer.Option(None, "--search-threshold", min=0.0, max=1.0,
+                                                         help="SmartRAG's inference mode: search when P(search action) exceeds this, else answer (protocols whose steps start with the action, e.g. smartrag)"),
         device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU if there is one), cpu, cuda or cuda:N"),
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:
@@ -97,7 +99,17 @@ def register(app: typer.Typer) -> None:
             from peft import PeftModel
 
             lm = PeftModel.from_pretrained(lm, str(adapter))
-        engine = HFEngine(lm, tok, max_batch_size=batch_size)
+        engine = agent_engine = HFEngine(lm, tok, max_batch_size=batch_size)
+        if search_threshold is not None:
+            from ragrl.agents.registry import get_protocol
+            from ragrl.rollout.decision_engine import ThresholdDecisionEngine
+
+            proto = get_protocol(agent)
+            if getattr(proto, "think", True) is not None:
+                raise typer.BadParameter(f"the {agent} protocol opens a step with reasoning, not the action; "
+                                         "a threshold on the action needs a protocol like smartrag", param_hint="--search-threshold")
+            # only the agent decides by threshold; the baselines keep the plain engine
+            agent_engine = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], search_threshold)
         cfg = EvalConfig(agent=agent, systems=chosen, n=len(samples), batch_size=batch_size, topk=topk, seed=seed)
         cfg.rollout = replace(cfg.rollout, topk=topk, max_turns=max_turns)
         from rich.progress import Progress
@@ -110,13 +122,18 @@ def register(app: typer.Typer) -> None:
                     tasks[system] = bar.add_task(system, total=total)
                 bar.update(tasks[system], completed=done)
 
-            res = evaluate(engine, retriever, samples, cfg, progress=progress)
+            res = evaluate(engine, retriever, samples, replace(cfg, systems=[x for x in chosen if x != "agent"]),
+                           progress=progress) if [x for x in chosen if x != "agent"] else {}
+            if "agent" in chosen:
+                res.update(evaluate(agent_engine, retriever, samples, replace(cfg, systems=["agent"]), progress=progress))
+            res = {k: res[k] for k in [*(x for x in chosen if x != "agent"), *([agent] if "agent" in chosen else [])]}
         results = {s: {"trajectories": r["trajectories"],
                        "summary": summarize(r["trajectories"], r["wall_s"], per_question=True)} for s, r in res.items()}
         baseline = "naive_rag" if "naive_rag" in results and len(results) > 1 else None
         write_report(out, results, {"model": model, "adapter": str(adapter) if adapter else None, "agent": agent,
                                     "index": index or "bm25(demo corpus)", "data_file": data, "n": len(samples),
-                                    "seed": seed, "decoding": "greedy"}, baseline=baseline)
+                                    "seed": seed, "decoding": "greedy", "search_threshold": search_threshold},
+                     baseline=baseline)
         bar_chart(results, out / "report.png")
         typer.echo(format_table(results))
         typer.echo(f"report: {out / 'report.md'}")
