@@ -3,6 +3,7 @@ import random
 
 import pytest
 
+from ragrl.agents.registry import TAG_PROTOCOLS
 from ragrl.agents import (
     PROTOCOLS,
     Action,
@@ -204,7 +205,7 @@ def test_extract_answer_reads_action_text_only(sr1):
     assert sr1.extract_answer("<answer> </answer><answer> second </answer>") == "second"
 
 
-@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+@pytest.mark.parametrize("name", sorted(TAG_PROTOCOLS))
 def test_an_episode_round_trips(name):
     """Turns as a model would write them + the protocol's observations = a valid response."""
     p = get_protocol(name)
@@ -297,7 +298,7 @@ def test_registry():
     assert get_protocol("rag_r1", max_queries=5).max_queries == 5
     p = SearchR1Protocol()
     assert get_protocol(p) is p
-    with pytest.raises(ConfigError, match="unknown protocol 'search-r1'; known protocols: r1_searcher, rag_r1"):
+    with pytest.raises(ConfigError, match="unknown protocol 'search-r1'; known protocols: mmoa, r1_searcher, rag_r1"):
         get_protocol("search-r1")
     with pytest.raises(ConfigError, match="max_queries"):
         get_protocol("search_r1", max_queries=2)

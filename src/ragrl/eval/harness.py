@@ -88,10 +88,12 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
         msgs = [naive_rag_messages(s["question"], hs) for s, hs in zip(samples, short)]
         return run_single_turn(engine, samples, msgs, cfg, [[h.id for h in hs] for hs in hits])
     if system == "agent":
+        from ragrl.rollout.runners import answering, run_agent
+
         protocol = get_protocol(cfg.agent)
         rcfg = replace(cfg.rollout, n=1, seed=cfg.seed)
-        trajs, _ = run_episodes(engine, protocol, retriever, samples, rcfg)
-        return trajs
+        trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg)
+        return answering(trajs, protocol)
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ragrl.errors import ConfigError
 from ragrl.rewards.format import format_reward, search_r1_format_reward
 from ragrl.rewards.qa import cover_em_reward, em_reward, f1_reward
+from ragrl.rewards.mmoa import mmoa_reward
 from ragrl.rewards.smartrag import smartrag_reward
 from ragrl.rewards.search import (
     gold_recall_reward,
@@ -45,6 +46,7 @@ REWARDS: dict[str, RewardFn] = {
     "r1_searcher_stage1": r1_searcher_stage1_reward,
     "r1_searcher_stage2": r1_searcher_stage2_reward,
     "smartrag": smartrag_reward,
+    "mmoa": mmoa_reward,
 }
 
 

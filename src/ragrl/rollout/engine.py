@@ -6,7 +6,7 @@ trajectory as token ids so that training sees exactly the ids that were sampled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Callable, Sequence, Literal, Protocol
 
 StopReason = Literal["stop", "eos", "length"]
 
@@ -25,6 +25,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     n: int = 1
     seed: int | None = None
+    # Constrained decoding: given the tokens generated so far, the ids the next one may be (a
+    # grammar, e.g. MMOA-RAG's selector). Sampling is restricted to them; the recorded log-prob
+    # stays the raw temperature-1 one of the model, as PPO needs. None: unconstrained.
+    allowed_tokens: Callable[[list[int]], Sequence[int]] | None = None
 
 
 @dataclass

@@ -195,9 +195,18 @@ class HFEngine:
         tokens = logits.argmax(-1)  # greedy rows keep this
         for k, row in enumerate(rows):
             sp = row.params
+            row_logits = logits[k]
+            if sp.allowed_tokens is not None:   # constrained: only these ids may come next
+                allowed = torch.as_tensor(list(sp.allowed_tokens(row.token_ids)), dtype=torch.long, device=logits.device)
+                if allowed.numel() == 0:
+                    raise RagrlError("allowed_tokens returned no token: the grammar has no way to continue")
+                row_logits = torch.full_like(row_logits, float("-inf")).index_copy(0, allowed, row_logits[allowed])
+                if sp.temperature == 0:
+                    tokens[k] = row_logits.argmax()
+                    continue
             if sp.temperature == 0:
                 continue
-            probs = torch.softmax(logits[k] / sp.temperature, dim=-1)
+            probs = torch.softmax(row_logits / sp.temperature, dim=-1)
             if sp.top_p < 1.0:
                 probs = _top_p(probs, sp.top_p)
             tokens[k] = torch.multinomial(probs, 1, generator=row.generator)[0]

@@ -61,6 +61,9 @@ class VLLMEngine:
         per_prompt = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(per_prompt) != len(prompts):
             raise RagrlError(f"got {len(per_prompt)} SamplingParams for {len(prompts)} prompts")
+        if any(sp.allowed_tokens is not None for sp in per_prompt):
+            # Refused rather than ignored: an unconstrained selector would emit free text.
+            raise RagrlError("the vLLM engine does not apply allowed_tokens (constrained decoding); use engine: hf")
         vllm_params = [
             self._vllm.SamplingParams(
                 n=sp.n, temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_new_tokens,

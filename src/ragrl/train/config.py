@@ -77,7 +77,7 @@ class SFTConfig:
     direct_frac: float = 0.0
     # How episodes are built: gold search episodes (+ direct_frac), or SmartRAG's (answer directly
     # where the base model is right closed-book, else search and answer from the documents).
-    builder: Literal["gold_search", "smartrag"] = "gold_search"
+    builder: Literal["gold_search", "smartrag", "mmoa"] = "gold_search"
     max_questions: int | None = None      # train questions used to build episodes (None: all)
 
 
@@ -140,3 +140,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(n=4, temperature=1.0))
     sft: SFTConfig = field(default_factory=SFTConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    # Agents whose trajectories are rolled out and scored but not trained on (MMOA-RAG ablations,
+    # e.g. [rewriter, selector] trains only the generator). With one shared LoRA adapter this
+    # removes their samples from the update; their prompts still share the adapter.
+    frozen_agents: list[str] = field(default_factory=list)

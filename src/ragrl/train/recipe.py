@@ -109,8 +109,21 @@ def smartrag_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
     return trajs
 
 
+def mmoa_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
+    """MMOA-RAG's warm start (ragrl.train.sft_mmoa): one example per agent per question."""
+    from ragrl.agents.registry import get_protocol
+    from ragrl.train.sft_mmoa import mmoa_sft_examples
+
+    samples = load_questions(cfg.data.train)
+    if cfg.sft.max_questions:
+        samples = random.Random(cfg.seed).sample(samples, min(cfg.sft.max_questions, len(samples)))
+    trajs, counts = mmoa_sft_examples(tok, get_protocol(cfg.agent), samples, retriever)
+    log.info("MMOA SFT: %s examples per agent", counts)
+    return trajs
+
+
 SFT_BUILDERS = {"gold_search": lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever),
-                "smartrag": smartrag_episodes}
+                "smartrag": smartrag_episodes, "mmoa": mmoa_episodes}
 
 
 def answer_visible(traj) -> bool:

@@ -35,6 +35,7 @@ class Setup:
     export: Callable           # (target_dir, gathered_state | None) -> None
     artifact: str = "adapter"  # what export writes: run_dir/final_<artifact>, best_<artifact>
     shardable: bool = True     # whether FSDP may shard policy.module
+    trains: Callable = lambda traj: True   # which rolled-out trajectories the update learns from
 
 
 def build_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
@@ -48,8 +49,8 @@ def build_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup
 def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     from ragrl.agents.registry import get_protocol
     from ragrl.policy.lm import LMPolicy
-    from ragrl.rollout.episode import run_episodes
     from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.rollout.runners import run_agent
     from ragrl.train.policy import build_policy
 
     model, tok, value_head = model_bundle or build_policy(cfg.model, with_value_head=cfg.algo.estimator == "gae")
@@ -67,7 +68,7 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
         return holder["engine"]
 
     def rollout(samples, rcfg, group_offset):
-        return run_episodes(engine(), protocol, retriever, samples, rcfg, group_offset=group_offset)
+        return run_agent(engine(), protocol, retriever, samples, rcfg, group_offset=group_offset)
 
     def evaluate(samples, seed, per_question=False):
         return _agent_eval(engine(), retriever, cfg, samples, seed, per_question)
@@ -80,7 +81,8 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
 
-    s = Setup(policy, rollout, evaluate, export)
+    s = Setup(policy, rollout, evaluate, export,
+              trains=lambda t: t.agent not in cfg.frozen_agents)   # MMOA-RAG ablations freeze agents
     s.engine, s.retriever, s.tokenizer = engine, retriever, tok   # for callers that evaluate by hand
     return s
 

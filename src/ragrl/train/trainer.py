@@ -235,9 +235,10 @@ class Trainer:
         t_rollout = time.perf_counter() - t_start
         t0 = time.perf_counter()
         reward_fn = make_reward(self.rewards.at(self.step))
-        by_group = {cfg.questions_per_step * self.rank + i: s for i, s in enumerate(samples)}
+        # By id, not group: a pipeline's agents have groups of their own (GRPO never mixes agents).
+        by_id = {str(s.get("id", i)): s for i, s in enumerate(samples)}
         for t in trajs:
-            sample = by_group[t.group]
+            sample = by_id[t.sample_id]
             t.reward = float(reward_fn(t, sample))
             score(t)
             if sample.get("gold_passage_ids"):
@@ -246,7 +247,10 @@ class Trainer:
         t_reward = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.policy.train()
-        batch = self.policy.collate(trajs)   # `prepare` moves it to the policy's device
+        learn = [t for t in trajs if self.setup.trains(t)]
+        if not learn:
+            raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
+        batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
         prep = prepare(self.policy, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
         g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
         ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g)

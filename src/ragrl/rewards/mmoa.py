@@ -1,0 +1,33 @@
+"""MMOA-RAG's rewards: every agent gets the pipeline's answer F1, plus its own penalty.
+
+Released values (configurable): rewriter −0.5 for more than 4 sub-questions or over 300
+characters; selector −1 for output that is malformed, out of range or repeats an id; generator −1
+for an answer over 30 words. The pipeline runner records which agent acted (`traj.agent`) and
+whether its output earned the penalty (`metrics["penalized"]`); this reads only those.
+
+>>> from ragrl.rollout.trajectory import Trajectory
+>>> t = Trajectory("q1", "Who?", ["Gian Carlo Menotti"], [], [], [], 0, agent="selector",
+...                answer="Menotti", metrics={"penalized": True})
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}), 4)      # F1 0.5, selector penalty 1
+-0.5
+>>> t.agent, t.metrics["penalized"] = "rewriter", True
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}), 4)      # rewriter penalty 0.5
+0.0
+"""
+from __future__ import annotations
+
+from ragrl.errors import RagrlError
+from ragrl.rewards.qa import f1_score, golds_of
+from ragrl.rollout.trajectory import Trajectory
+
+
+def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_penalty: float = 1.0,
+                generator_penalty: float = 1.0) -> float:
+    """Shared answer F1 − the acting agent's penalty when its output earned one."""
+    if not isinstance(completion, Trajectory):
+        raise RagrlError("mmoa needs a Trajectory from the pipeline runner (it records the agent)")
+    penalties = {"rewriter": rewriter_penalty, "selector": selector_penalty, "generator": generator_penalty}
+    if completion.agent not in penalties:
+        raise RagrlError(f"mmoa: unknown agent {completion.agent!r}; expected one of {', '.join(penalties)}")
+    f1 = f1_score(completion.answer or "", golds_of(completion, sample))
+    return f1 - (penalties[completion.agent] if completion.metrics.get("penalized") else 0.0)

@@ -1,0 +1,128 @@
+"""The MMOA-RAG pipeline runner: rewriter → retrieve → selector → generator, per question.
+
+Same engine, retriever and Trajectory type as the multi-turn runner. Each of the `cfg.n`
+pipelines of a question yields three trajectories, one per agent (`traj.agent`), each its own
+(prompt, response) sample: prompt tokens masked, the agent's generated tokens its actions. All
+three carry the pipeline's final answer (`traj.answer`), so the shared answer F1 scores each of
+them the same, and `metrics["penalized"]` flags that agent's own penalty (ragrl.agents.mmoa).
+The selector decodes under a grammar (`SamplingParams.allowed_tokens`): only `Document<d>` ids,
+commas and end of sequence.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ragrl.agents.mmoa import (AGENTS, MMOAProtocol, generator_penalized, parse_selection, parse_subquestions,
+                               selector_grammar, split_budget)
+from ragrl.retrieval.base import Hit, Retriever
+from ragrl.rollout.engine import Engine, SamplingParams
+from ragrl.rollout.episode import RolloutConfig, chat_ids
+from ragrl.rollout.trajectory import Trajectory, Turn
+
+
+@dataclass
+class MMOABudgets:
+    rewriter_tokens: int = 64
+    selector_tokens: int = 24
+    generator_tokens: int = 32
+    total_candidates: int = 10
+
+
+@dataclass
+class _Pipe:
+    sample: dict
+    index: int
+    subqs: list[str] = field(default_factory=list)
+    docs: list[Hit] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    answer: str = ""
+    penalized: dict = field(default_factory=dict)
+    trajs: dict = field(default_factory=dict)
+
+
+def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
+                      cfg: RolloutConfig, *, group_offset: int = 0,
+                      budgets: MMOABudgets | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+    """3 x cfg.n trajectories per sample (sample-major, then pipeline, then agent order)."""
+    b = budgets or MMOABudgets()
+    tok = engine.tokenizer
+    pipes = [_Pipe(s, i) for i, s in enumerate(samples) for _ in range(cfg.n)]
+    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
+
+    def generate(agent: str, messages: list[list[dict]], max_tokens: int, allowed=None) -> None:
+        prompts = [chat_ids(tok, m) for m in messages]
+        params = [SamplingParams(max_new_tokens=max_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                 seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
+                                 allowed_tokens=allowed[k] if allowed else None) for k in range(len(prompts))]
+        t0 = time.perf_counter()
+        gens = engine.generate(prompts, params)
+        stats["generate_s"] += time.perf_counter() - t0
+        for pipe, p, g in zip(pipes, prompts, gens):
+            g = g[0]
+            stats["gen_tokens"] += len(g.token_ids)
+            text = g.text if g.text else tok.decode(g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids)
+            pipe.trajs[agent] = Trajectory(
+                sample_id=str(pipe.sample.get("id", pipe.index)), question=pipe.sample["question"],
+                golds=list(pipe.sample.get("answers", [])), token_ids=p + list(g.token_ids),
+                action_mask=[0] * len(p) + [1] * len(g.token_ids), logprobs=[0.0] * len(p) + list(g.logprobs),
+                prompt_len=len(p), group=(group_offset + pipe.index) * len(AGENTS) + AGENTS.index(agent),
+                agent=agent, turns=[Turn(action_text=text, kind=agent)], num_turns=1, stop_reason=g.stop_reason,
+                metrics={"protocol": protocol.name})
+
+    # 1. rewriter
+    generate("rewriter", [protocol.rewriter_messages(p.sample["question"]) for p in pipes], b.rewriter_tokens)
+    for p in pipes:
+        p.subqs, p.penalized["rewriter"] = parse_subquestions(p.trajs["rewriter"].turns[0].action_text,
+                                                              p.sample["question"])
+    # 2. retrieval: the sub-questions share a budget of candidates; one call per distinct k
+    t0 = time.perf_counter()
+    wanted: dict[int, list[tuple[_Pipe, int, str]]] = {}
+    for p in pipes:
+        for j, (q, k) in enumerate(zip(p.subqs, split_budget(len(p.subqs), b.total_candidates))):
+            wanted.setdefault(k, []).append((p, j, q))
+    found: dict[tuple[int, int], list[Hit]] = {}
+    for k, items in wanted.items():
+        hits = retriever.search([q for _, _, q in items], k) if retriever is not None else [[] for _ in items]
+        for (p, j, _), hs in zip(items, hits):
+            found[(id(p), j)] = hs
+    for p in pipes:
+        seen = set()
+        for j in range(len(p.subqs)):
+            for h in found[(id(p), j)]:
+                if h.id not in seen:
+                    seen.add(h.id)
+                    p.docs.append(h)
+        p.docs = p.docs[: b.total_candidates]
+    stats["retrieval_s"] += time.perf_counter() - t0
+    # 3. selector, constrained to id lists over this pipeline's documents
+    with_docs = [p for p in pipes if p.docs]
+    generate("selector", [protocol.selector_messages(p.sample["question"], p.docs) for p in pipes],
+             b.selector_tokens, allowed=[selector_grammar(tok, max(1, len(p.docs))) for p in pipes])
+    for p in pipes:
+        p.kept, p.penalized["selector"] = parse_selection(p.trajs["selector"].turns[0].action_text, len(p.docs))
+        if p not in with_docs:
+            p.kept, p.penalized["selector"] = [], False
+    # 4. generator
+    generate("generator", [protocol.generator_messages(p.sample["question"], [p.docs[i] for i in p.kept])
+                           for p in pipes], b.generator_tokens)
+    out = []
+    for p in pipes:
+        p.answer = protocol.extract_answer(p.trajs["generator"].turns[0].action_text) or ""
+        p.penalized["generator"] = generator_penalized(p.answer)
+        gold = set(p.sample.get("gold_passage_ids") or [])
+        kept_ids = [p.docs[i].id for i in p.kept]
+        for agent in AGENTS:
+            t = p.trajs[agent]
+            t.answer = p.answer
+            t.metrics.update(penalized=bool(p.penalized[agent]), subquestions=list(p.subqs),
+                             retrieved=[h.id for h in p.docs], selected=kept_ids)
+            if gold:
+                t.metrics["selector_precision"] = len(gold & set(kept_ids)) / len(kept_ids) if kept_ids else 0.0
+                t.metrics["selector_recall"] = len(gold & set(kept_ids)) / len(gold)
+        p.trajs["rewriter"].turns[0].queries = list(p.subqs)
+        p.trajs["rewriter"].num_searches = len(p.subqs)
+        p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.docs]]
+        p.trajs["selector"].turns[0].passage_ids = [kept_ids]
+        out += [p.trajs[a] for a in AGENTS]
+    return out, stats

@@ -1,0 +1,142 @@
+"""MMOA-RAG: the selector's grammar, the penalties, per-agent samples under MAPPO, frozen agents,
+and the pipeline runner feeding the same trainer as the multi-turn runner. Real tokenizer,
+a real (tiny random) model for the grammar, a real BM25 index."""
+import pytest
+import torch
+
+from ragrl.agents.mmoa import (MMOAProtocol, generator_penalized, parse_selection, parse_subquestions,
+                               selector_grammar, split_budget)
+from ragrl.datasets import load_questions
+from ragrl.errors import ConfigError
+from ragrl.retrieval.inprocess import make_retriever
+from ragrl.rewards.mmoa import mmoa_reward
+from ragrl.rollout.episode import RolloutConfig
+from ragrl.rollout.pipeline import run_mmoa_episodes
+
+
+def test_constrained_selector_decoding_only_produces_valid_id_lists(tiny_model_dir):
+    """A random model samples freely (temperature 1) under the grammar: every output parses as a
+    non-empty list of distinct in-range ids, with no penalty."""
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.engine import SamplingParams
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy(str(tiny_model_dir))
+    engine = HFEngine(model, tok)
+    prompt = tok.encode("Choose documents:", add_special_tokens=False)
+    seen = set()
+    for n_docs in (1, 3, 7, 10):
+        gens = engine.generate([prompt], SamplingParams(max_new_tokens=24, temperature=1.0, n=40, seed=n_docs,
+                                                        allowed_tokens=selector_grammar(tok, n_docs)))[0]
+        for g in gens:
+            ids, penalized = parse_selection(g.text, n_docs)
+            assert not penalized and ids and len(ids) == len(set(ids)) and max(ids) < n_docs, g.text
+            assert all(lp <= 0.0 for lp in g.logprobs)   # raw log-probs, recorded as such
+            seen.add(len(ids))
+    assert len(seen) > 2   # the grammar lets the model choose how many to keep
+
+
+def test_penalties_on_hand_made_cases():
+    q = "Who composed the opera?"
+    five = "\n".join(f"{i}. sub {i}" for i in range(1, 6))
+    assert parse_subquestions(five, q) == (["sub 1", "sub 2", "sub 3", "sub 4"], True)      # cut to 4, penalized
+    assert parse_subquestions("\n".join(["x"] * 9), q) == ([q], True)                       # unusable: fallback
+    assert parse_subquestions("", q) == ([q], False)
+    assert parse_subquestions("a" * 301, q)[1] is True                                      # over 300 characters
+    assert parse_selection("Document1,Document9", 5) == ([1], True)                          # out of range
+    assert parse_selection("Doc1", 5) == ([], True)                                         # malformed
+    assert parse_selection("Document2,Document2", 5) == ([2], True)                          # repeated
+    assert parse_selection("Document2", 5) == ([2], False)
+    assert generator_penalized(" ".join(["word"] * 31)) and not generator_penalized(" ".join(["word"] * 30))
+    assert split_budget(1) == [10] and split_budget(2) == [5, 5] and split_budget(4) == [3, 3, 2, 2]
+
+
+@pytest.fixture(scope="module")
+def index(demo_bm25_dir):
+    return make_retriever(demo_bm25_dir)
+
+
+def test_pipeline_runner_writes_one_trajectory_per_agent(tiny_model_dir, index):
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy(str(tiny_model_dir))
+    samples = load_questions("demo-eval", limit=2)
+    trajs, stats = run_mmoa_episodes(HFEngine(model, tok), MMOAProtocol(), index, samples,
+                                     RolloutConfig(n=2, temperature=1.0, seed=0))
+    assert [t.agent for t in trajs] == ["rewriter", "selector", "generator"] * 4
+    assert len({t.group for t in trajs}) == 6          # one group per (question, agent): GRPO never mixes agents
+    for k in range(0, 12, 3):
+        r, s, g = trajs[k:k + 3]
+        assert r.answer == s.answer == g.answer          # the shared outcome
+        n_docs = len(r.metrics["retrieved"])
+        assert 1 <= n_docs <= 10 and len(set(r.metrics["retrieved"])) == n_docs      # de-duplicated
+        assert set(s.metrics["selected"]) <= set(r.metrics["retrieved"]) and s.metrics["penalized"] is False
+        for t in (r, s, g):
+            assert t.action_mask[:t.prompt_len] == [0] * t.prompt_len and sum(t.action_mask) > 0
+            assert len(t.token_ids) == len(t.logprobs) == len(t.action_mask)
+    # the shared F1 plus the agent's own penalty
+    t = trajs[0]
+    t.metrics["penalized"] = True
+    assert mmoa_reward(t, samples[0]) == pytest.approx(mmoa_reward(trajs[2], samples[0]) - 0.5)
+
+
+def test_each_agents_advantages_use_its_own_values():
+    """GAE runs per sample: an agent's returns depend on its own rewards only, and its raw
+    advantages on its own values (before the batch whitening)."""
+    from ragrl.algos.advantages import gae, place_outcome_reward
+
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1], [1, 1, 0, 0]], dtype=torch.float32)   # 3 agents' samples
+    rewards = place_outcome_reward(torch.tensor([1.0, 0.0, 0.5]), mask)
+    values = torch.tensor([[0, 0.2, 0.4, 0], [0, 0, 0.1, 0.3], [0.6, 0.7, 0, 0]])
+    adv, ret = gae(rewards, values, mask, whiten=False)
+    other = values.clone()
+    other[1] = torch.tensor([0, 0, 0.9, 0.9])          # change only agent 1's critic values
+    adv2, ret2 = gae(rewards, other, mask, whiten=False)
+    assert torch.equal(adv[[0, 2]], adv2[[0, 2]]) and torch.allclose(ret, ret2, atol=1e-6)
+    assert torch.allclose(adv[1, 2:], torch.tensor([0.0 - 0.1, 0.0 - 0.3]))   # gamma = lam = 1: R - V
+
+
+def test_mappo_trainer_consumes_pipeline_trajectories_and_freezes_agents(tiny_model_dir, demo_bm25_dir, tmp_path):
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    base = [f"model.name={tiny_model_dir}", "model.dtype=float32", f"data.index={demo_bm25_dir}",
+            "data.train=demo-train", "steps=1", "questions_per_step=2", "sft.steps=0", "save_every=10"]
+    cfg = load_train_config("mmoa_mappo", base + [f"out_dir={tmp_path / 'all'}"], variant="tiny")
+    rows = Trainer(cfg).train(progress=False)
+    assert rows[0]["updates"] >= 1 and "value_loss" in rows[0]
+    # frozen rewriter and selector: only the generator's samples reach the update
+    cfg = load_train_config("mmoa_mappo", base + [f"out_dir={tmp_path / 'gen'}", "frozen_agents=[rewriter,selector]"],
+                            variant="tiny")
+    trainer = Trainer(cfg)
+    seen = []
+    collate = trainer.policy.collate
+    trainer.policy.collate = lambda trajs: (seen.extend(t.agent for t in trajs), collate(trajs))[1]
+    trainer.train(progress=False)
+    assert seen and set(seen) == {"generator"}
+    # every agent frozen: refused, and nothing changed
+    cfg = load_train_config("mmoa_mappo", base + [f"out_dir={tmp_path / 'none'}",
+                                                  "frozen_agents=[rewriter,selector,generator]"], variant="tiny")
+    trainer = Trainer(cfg)
+    before = [p.detach().clone() for p in trainer.policy.trainable_parameters()]
+    with pytest.raises(ConfigError, match="no trajectory to learn from"):
+        trainer.train(progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.trainable_parameters()))
+
+
+def test_sft_examples_target_gold_passages_and_answers(index):
+    from ragrl.models.policy import load_tokenizer
+    from ragrl.train.sft_mmoa import mmoa_sft_examples
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    samples = [s for s in load_questions("demo-eval") if s.get("gold_passage_ids")][:5]
+    trajs, counts = mmoa_sft_examples(tok, MMOAProtocol(), samples, index)
+    assert counts["rewriter"] == counts["generator"] == 5 and counts["selector"] >= 1
+    for t in trajs:
+        target = t.turns[0].action_text
+        assert tok.decode(t.token_ids[t.prompt_len:-1]) == target and sum(t.action_mask) == len(t.token_ids) - t.prompt_len
+        if t.agent == "selector":
+            assert parse_selection(target, 10)[1] is False
+        if t.agent == "generator":
+            assert target == next(s for s in samples if str(s["id"]) == t.sample_id)["answers"][0]
