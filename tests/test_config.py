@@ -102,7 +102,7 @@ def test_wrong_types_name_key_type_and_value(tmp_path):
         load_config(Recipe, None, ["steps=many"])
     with pytest.raises(ConfigError, match=r"'bf16': expected bool, got int 1"):
         load_config(Recipe, None, ["bf16=1"])
-    with pytest.raises(ConfigError, match=r"'algo': expected one of \['grpo', 'ppo', 'reinforce\+\+'\], got 'dpo'"):
+    with pytest.raises(ConfigError, match=r"algo: 'dpo' is not one of grpo, ppo, reinforce\+\+; did you mean 'ppo'\?"):
         load_config(Recipe, None, ["algo=dpo"])
     with pytest.raises(ConfigError, match=r"'optim.betas': expected 2 items, got 3"):
         load_config(Recipe, None, ["optim.betas=[1, 2, 3]"])

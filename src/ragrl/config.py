@@ -172,7 +172,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(f"config key '{key}': expected one of {list(args)}, got {value!r}")
+        near = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(str(a) for a in args)}{hint}")
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value

@@ -14,11 +14,20 @@ def register(app: typer.Typer) -> None:
         variant: Optional[str] = typer.Option(None, "--variant", "-v", help="recipe variant, e.g. tiny"),
         set_: list[str] = typer.Option([], "--set", help="override: key.sub=value (repeatable)"),
         resume: bool = typer.Option(False, "--resume", help="continue from <out_dir>/checkpoints/latest"),
+        check: bool = typer.Option(False, "--check", help="resolve and validate everything (config, data, index, "
+                                                          "model, device), then exit without training"),
     ) -> None:
         """Train an agent with RL (optionally after an SFT warm start, as the recipe says)."""
         from ragrl.train.recipe import load_train_config, run_recipe
 
         cfg = load_train_config(recipe, set_, variant)
+        if check:
+            from ragrl.train.check import check_everything
+
+            for line in check_everything(cfg):
+                typer.echo(f"ok  {line}")
+            typer.echo(f"{recipe}: the recipe resolves and everything it needs is there (nothing was trained)")
+            return
         run_recipe(cfg, resume=resume)
 
     @app.command()

@@ -21,10 +21,12 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
     lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    engine: str = "hf"                    # hf | vllm | auto
+    # The rollout engine. Training rolls out with the module it trains (no weight sync), which only
+    # the HF engine can do; vLLM serves evaluation (`ragrl eval`) where it is installed.
+    engine: Literal["hf"] = "hf"
     # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
     # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
-    dtype: str = "float32"                # float32 | bfloat16 | float16 | auto (bf16 where native)
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"   # auto: bf16 where native
     # Where the policy runs (and trains): auto = this rank's CUDA GPU when there is one, else CPU.
     device: str = "auto"                  # auto | cpu | cuda | cuda:N
     max_batch_size: int = 64              # generation rows at once
@@ -40,18 +42,17 @@ class DataConfig:
     # built once and cached in $RAGRL_HOME (checked against the corpus and the encoder).
     vectors: str | None = None
     eval_n: int = 100
-    shuffle: bool = True
 
 
 @dataclass
 class AlgoConfig:
-    estimator: str = "grpo"               # gae | grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline
+    estimator: Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = "grpo"
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = None
-    loss_agg: str = "token_mean"          # token_mean | seq_mean_token_sum | seq_mean_token_mean
+    loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
     kl_coef: float = 0.0
-    kl_kind: str = "k3"                   # k1 | k2 | k3
+    kl_kind: Literal["k1", "k2", "k3", "abs", "low_var_kl"] = "k3"
     kl_in_reward: bool = False            # PPO style (reward) or GRPO style (loss)
     kl_target: float | None = None        # set for an adaptive coefficient
     kl_horizon: int = 10000
@@ -114,7 +115,7 @@ class TrainConfig:
     steps: int = 20
     questions_per_step: int = 4           # times rollout.n trajectories per step
     lr: float = 2e-5
-    lr_schedule: str = "constant"         # constant | linear | cosine
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0

@@ -41,6 +41,13 @@ def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progr
     from ragrl.train.sft import run_sft
 
     trajs = SFT_BUILDERS[cfg.sft.builder](cfg, model, tok, retriever)
+    fit = [t for t in trajs if len(t.token_ids) <= cfg.sft.max_len]
+    if len(fit) < len(trajs):
+        log.info("SFT: %d of %d episodes are longer than sft.max_len=%d tokens and are left out",
+                 len(trajs) - len(fit), len(trajs), cfg.sft.max_len)
+    if not fit:
+        raise ConfigError(f"sft.max_len={cfg.sft.max_len}: every SFT episode is longer; raise it")
+    trajs = fit
     result = run_sft(model, tok, trajs, steps=cfg.sft.steps, batch_size=cfg.sft.batch_size, lr=cfg.sft.lr,
                      seed=cfg.seed, out_dir=out_dir, progress=progress)
     log.info("SFT: %d steps, loss %.3f -> %.3f in %.0f s", cfg.sft.steps, result.losses[0], result.losses[-1],

@@ -72,6 +72,9 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, retriever=None, model_bundle=None):
         from ragrl.algos.kl import make_kl_controller
 
+        from ragrl.train.check import check_combinations
+
+        check_combinations(cfg)   # before any model, index or rollout
         self.cfg = cfg
         self.rank, self.world = init_distributed()  # joins torchrun/accelerate's group, else (0, 1)
         check_divisible(cfg.questions_per_step, self.world)

@@ -1,0 +1,82 @@
+"""Validate a resolved config before any costly work: what `ragrl train RECIPE --check` runs, and
+what every run checks first. Each problem is one sentence naming the setting."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ragrl.errors import ConfigError, RagrlError
+from ragrl.train.config import TrainConfig
+
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+# Rewards that read a generated answer or response format (nothing to read without a generator).
+ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_searcher_stage2", "smartrag", "mmoa"}
+
+
+def check_combinations(cfg: TrainConfig) -> None:
+    """Settings that load but cannot work together (cheap: no file or model is opened)."""
+    a = cfg.algo
+    if a.kl_in_reward and a.kl_coef > 0 and a.estimator in GROUP_ESTIMATORS:
+        raise ConfigError(f"algo.kl_in_reward: the {a.estimator} estimator reads only the outcome score, so a KL "
+                          f"penalty in the token rewards would do nothing; set algo.kl_in_reward=false (KL in the loss)")
+    if a.kl_target is not None and a.kl_coef <= 0:
+        raise ConfigError("algo.kl_target adapts algo.kl_coef, which is 0: set algo.kl_coef > 0 or drop kl_target")
+    if cfg.model.init_adapter and not (Path(cfg.model.init_adapter) / "adapter_config.json").is_file():
+        raise ConfigError(f"model.init_adapter: {cfg.model.init_adapter} is not a LoRA adapter folder "
+                          "(no adapter_config.json)")
+    if cfg.model.init_adapter and not cfg.model.lora:
+        raise ConfigError("model.init_adapter needs model.lora=true (it starts a LoRA adapter from that folder)")
+    if cfg.keep_best and not cfg.eval_every:
+        raise ConfigError("keep_best needs eval_every > 0: the best policy is chosen at the periodic evaluations")
+    if cfg.policy == "retriever" and not cfg.retriever.generator:
+        for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
+            names = [e["name"] for e in spec] if isinstance(spec, list) else list(spec)
+            reading = sorted(set(names) & ANSWER_REWARDS)
+            if reading:
+                raise ConfigError(f"reward {', '.join(reading)} (from step {start}) scores an answer, but "
+                                  "retriever.generator is null: no answer is generated; set a generator or use "
+                                  "gold_recall")
+    if cfg.policy == "retriever" and cfg.shard_params:
+        raise ConfigError("shard_params: a retriever policy cannot be sharded with FSDP; set shard_params=false")
+
+
+def check_everything(cfg: TrainConfig) -> list[str]:
+    """`--check`: the combinations, then every file, index, model and device the run would open
+    (without loading model weights or training). Returns what was checked, one line each."""
+    from ragrl.datasets import load_questions
+    from ragrl.train.policy import resolve_device
+
+    check_combinations(cfg)
+    done = []
+    for key in ("train", "eval"):
+        rows = load_questions(getattr(cfg.data, key))
+        done.append(f"data.{key}: {len(rows)} questions")
+    done.append(f"model.device: {resolve_device(cfg.model.device)}")
+    if cfg.policy == "lm" or cfg.retriever.generator:
+        from ragrl.models.policy import resolve_policy
+
+        name = cfg.model.name if cfg.policy == "lm" else cfg.retriever.generator
+        done.append(f"model: {name} -> {resolve_policy(name)}")
+    if cfg.policy == "retriever":
+        from ragrl.models.embedder import resolve_embedder
+        from ragrl.train.setup import load_dense_backend
+
+        dense = load_dense_backend(cfg)
+        done.append(f"retriever.encoder: {cfg.retriever.encoder} -> {resolve_embedder(cfg.retriever.encoder)}")
+        done.append(f"dense index: {len(dense)} passages, {dense.dim}-d")
+    else:
+        from ragrl.train.trainer import default_retriever
+
+        retriever = default_retriever(cfg)
+        try:
+            n = len(retriever)
+        except TypeError:
+            n = "remote"
+        done.append(f"retriever: {n} passages")
+    from ragrl.rewards.registry import make_reward
+
+    for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
+        done.append(f"reward from step {start}: {make_reward(spec)!r}")
+    return done
+
+
+__all__ = ["check_combinations", "check_everything", "RagrlError"]

@@ -1,0 +1,65 @@
+"""A recipe or flag ragrl cannot honour is refused before any work, naming what is wrong."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ragrl.errors import ConfigError
+from ragrl.train.recipe import load_train_config
+
+
+@pytest.mark.parametrize("override,names", [
+    ("lr_schedule=linaer", ["lr_schedule", "did you mean 'linear'"]),
+    ("algo.estimator=grpoo", ["algo.estimator", "did you mean 'grpo'"]),
+    ("algo.loss_agg=token-mean", ["algo.loss_agg", "did you mean 'token_mean'"]),
+    ("model.engine=vllm", ["model.engine", "'vllm' is not one of hf"]),
+    ("model.dtype=bf16", ["model.dtype", "float32, bfloat16, float16, auto"]),
+    ("policy=retreiver", ["policy", "did you mean 'retriever'"]),
+    ("data.shuffle=false", ["data.shuffle"]),
+])
+def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        load_train_config("search_r1_grpo", [override], "tiny")
+    assert all(n in str(err.value) for n in names), str(err.value)
+    assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["algo.kl_in_reward=true", "algo.kl_coef=0.05"], "algo.kl_in_reward: the grpo estimator"),
+    (["model.init_adapter=/nonexistent/adapter"], "model.init_adapter: /nonexistent/adapter is not a LoRA adapter"),
+    (["keep_best=f1", "eval_every=0"], "keep_best needs eval_every"),
+    (["algo.kl_target=0.2", "algo.kl_coef=0"], "algo.kl_target"),
+])
+def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
+    from ragrl.train import setup
+    from ragrl.train.trainer import Trainer
+
+    monkeypatch.setattr(setup, "build_setup", lambda *a, **k: pytest.fail("the setup was built"))
+    cfg = load_train_config("search_r1_grpo", overrides + [f"out_dir={tmp_path / 'run'}"], "tiny")
+    with pytest.raises(ConfigError, match=match):
+        Trainer(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_retriever_policy_without_a_generator_refuses_an_answer_reward(tmp_path):
+    from ragrl.train.trainer import Trainer
+
+    cfg = load_train_config("harr_grpo", ["reward_schedule=[]", f"out_dir={tmp_path / 'run'}"], "tiny")
+    with pytest.raises(ConfigError, match="reward f1 .* retriever.generator is null"):
+        Trainer(cfg)
+
+
+def test_check_flag_validates_and_trains_nothing(tmp_path, demo_bm25_dir):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "ragrl.cli.main", "train", "search_r1_grpo", "--variant", "tiny", "--check",
+           "--set", f"data.index={demo_bm25_dir}", "--set", f"out_dir={tmp_path / 'run'}"]
+    ok = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "ok  data.train: 913 questions" in ok.stdout and "nothing was trained" in ok.stdout
+    assert not (tmp_path / "run").exists()
+    bad = subprocess.run(cmd + ["--set", "data.eval=/nonexistent.jsonl"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "/nonexistent.jsonl" in bad.stderr and "Traceback" not in bad.stderr
