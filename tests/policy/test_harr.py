@@ -130,6 +130,7 @@ def test_grpo_on_gold_recall_raises_recall_on_its_training_questions(kit, tmp_pa
     cfg = load_train_config("harr_grpo", [
         f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}",
         f"data.eval={kit['root'] / 'train.jsonl'}", f"data.eval_n={N_QUESTIONS}", "steps=12", "eval_every=0",
+        "keep_best=null",
         "questions_per_step=6", "lr=3e-4", "retriever.pool=10", "retriever.temperature=0.1",
         "retriever.filter_questions=false", f"out_dir={tmp_path / 'run'}", "save_every=100"], variant="tiny")
     trainer = Trainer(cfg)
@@ -147,7 +148,7 @@ def test_ppo_value_head_learns_the_reward_scale(kit, tmp_path):
 
     cfg = load_train_config("harr_ppo", [
         f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}", "steps=6",
-        "eval_every=0", "questions_per_step=6", "lr=1e-3", "retriever.pool=10", "retriever.filter_questions=false",
+        "eval_every=0", "keep_best=null", "questions_per_step=6", "lr=1e-3", "retriever.pool=10", "retriever.filter_questions=false",
         f"out_dir={tmp_path / 'ppo'}", "save_every=100"], variant="tiny")
     rows = Trainer(cfg).train(progress=False)
     assert rows[-1]["value_loss"] < rows[0]["value_loss"]
@@ -192,6 +193,7 @@ def test_killed_encoder_run_resumes_to_the_uninterrupted_metrics(kit, tmp_path):
 
     sets = {"data.index": kit["index_dir"], "data.train": kit["root"] / "train.jsonl", "steps": 4,
             "save_every": 2, "questions_per_step": 4, "rollout.n": 4, "retriever.pool": 10, "eval_every": 0,
+            "keep_best": "null",
             "lr": 3e-4, "seed": 3}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
 

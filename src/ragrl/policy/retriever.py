@@ -107,8 +107,9 @@ class RetrieverPolicy:
         if not batch.query_texts:
             return {"logprobs": logprobs, "values": values, "entropy": entropy}
         # A GRPO group repeats one query text n times: embed each distinct text once.
-        uniq = list(dict.fromkeys(batch.query_texts))
-        where = torch.tensor([uniq.index(t) for t in batch.query_texts], device=self.device)
+        slot = {t: i for i, t in enumerate(dict.fromkeys(batch.query_texts))}
+        uniq = list(slot)
+        where = torch.tensor([slot[t] for t in batch.query_texts], device=self.device)
         q = self._scorer(uniq)[where]                                        # [A, d]
         cand = self.embeddings.to(self.device)[batch.candidate_rows]        # [A, M, d]
         scores = torch.einsum("ad,amd->am", q, cand)                        # [A, M]
