@@ -13,7 +13,7 @@ GOOD = '{"id": "q1", "question": "Who?", "answers": ["Ann"]}'
     ('{"question": "Who?", "answers": [', "invalid JSON"),
     ('["Who?"]', "expected a JSON object, got list"),
     ('{"answers": ["Ann"]}', 'missing or empty "question"'),
-    ('{"question": "Who?", "answers": []}', '"answers" must be a non-empty list of strings'),
+    ('{"question": "Who?", "answers": []}', '"answers" (or "golden_answers") must be a non-empty list of strings'),
 ])
 def test_malformed_row_names_file_and_line(tmp_path, bad, message):
     path = tmp_path / "q.jsonl"
@@ -60,3 +60,24 @@ def test_bundled_train_split_is_disjoint_from_the_held_out_questions():
         text = " ".join(normalize_answer(corpus.get(pid)["title"] + " " + corpus.get(pid)["text"])
                         for pid in q["gold_passage_ids"])
         assert any(normalize_answer(a) in text for a in q["answers"]), q["id"]
+
+
+def test_flashrag_question_and_corpus_files_load(tmp_path):
+    """FlashRAG's question rows (`golden_answers`) and its / Search-R1's corpus rows
+    (`contents` = quoted title, newline, text; numeric ids) load like ragrl's own."""
+    from ragrl.errors import CorpusError
+    from ragrl.retrieval.corpus import load_corpus
+
+    q = tmp_path / "nq.jsonl"
+    q.write_text('{"id": "test_0", "question": "who directed jaws", "golden_answers": ["Steven Spielberg"]}\n')
+    assert load_questions(q)[0]["answers"] == ["Steven Spielberg"]
+    c = tmp_path / "wiki18.jsonl"
+    c.write_text('{"id": 0, "contents": "\\"Jaws (film)\\"\\nJaws is a 1975 film by Steven Spielberg."}\n'
+                 '{"id": "1", "contents": "\\"Peter Benchley\\"\\nAuthor of Jaws."}\n')
+    corpus = load_corpus(c)
+    assert corpus.ids == ["0", "1"] and corpus.titles == ["Jaws (film)", "Peter Benchley"]
+    assert corpus.texts[0] == "Jaws is a 1975 film by Steven Spielberg."
+    bad = tmp_path / "both.jsonl"
+    bad.write_text('{"id": "0", "contents": "x", "title": "t", "text": "y"}\n')
+    with pytest.raises(CorpusError, match="both.jsonl:1: a row has either"):
+        load_corpus(bad)

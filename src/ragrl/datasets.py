@@ -35,13 +35,14 @@ def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
         raise RagrlError(f"{p}: cannot read ({e})") from None
     rows: list[dict] = []
     for ln, row in iter_json_objects(raw, str(p)):
-        q, a = row.get("question"), row.get("answers", row.get("answer"))
+        # FlashRAG's JSONL names the gold answers `golden_answers`.
+        q, a = row.get("question"), row.get("answers", row.get("golden_answers", row.get("answer")))
         if isinstance(a, str):
             a = [a]
         if not isinstance(q, str) or not q.strip():
             raise RagrlError(f'{p}:{ln}: missing or empty "question"')
         if not isinstance(a, list) or not a or not all(isinstance(x, str) for x in a):
-            raise RagrlError(f'{p}:{ln}: "answers" must be a non-empty list of strings')
+            raise RagrlError(f'{p}:{ln}: "answers" (or "golden_answers") must be a non-empty list of strings')
         row["answers"] = a
         row.setdefault("id", f"{p.stem}-{ln}")
         rows.append(row)

@@ -269,3 +269,27 @@ def test_eval_cli_compares_the_index_encoder_with_a_saved_query_encoder(kit, tmp
     bad = subprocess.run(base + ["--query-encoder", str(tmp_path), "--out", str(tmp_path / "ev2")], env=env,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "--query-encoder" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_eval_run_takes_the_trained_runs_own_settings(kit, tmp_path):
+    """`ragrl eval --run RUN`: the index, the query encoder (best on the held-apart slice, else final)
+    and the rollout settings come from the run; the report records them."""
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    run = tmp_path / "run"
+    cfg = load_train_config("harr_grpo", [
+        f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}", "steps=2", "eval_every=1",
+        f"data.eval={kit['root'] / 'train.jsonl'}", "questions_per_step=4", "retriever.pool=10", "rollout.topk=2",
+        "retriever.filter_questions=false", f"out_dir={run}", "save_every=100"], variant="tiny")
+    Trainer(cfg).train(progress=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-m", "ragrl.cli.main", "eval", "--run", str(run), "--systems", "retrieval",
+                    "--data", str(kit["root"] / "train.jsonl"), "--n", "5", "--out", str(tmp_path / "ev")],
+                   env=env, check=True, capture_output=True, timeout=300)
+    res = json.loads((tmp_path / "ev" / "retrieval.json").read_text())
+    assert res["settings"]["query_encoder"] == str(run / "best_encoder")
+    assert res["settings"]["index"] == str(kit["index_dir"]) and res["settings"]["k"] == 2
+    bad = subprocess.run([sys.executable, "-m", "ragrl.cli.main", "eval", "--run", str(tmp_path), "--out",
+                          str(tmp_path / "ev2")], env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "not a ragrl training run directory" in bad.stderr

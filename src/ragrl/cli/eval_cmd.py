@@ -7,6 +7,24 @@ from typing import Optional
 import typer
 
 
+def _from_run(run: Path):
+    """The resolved TrainConfig a run wrote (its config.yaml), checked like a recipe."""
+    from ragrl.config import load_config
+    from ragrl.train.config import TrainConfig
+
+    if not (run / "config.yaml").is_file():
+        raise typer.BadParameter(f"{run} has no config.yaml: not a ragrl training run directory", param_hint="--run")
+    return load_config(TrainConfig, run / "config.yaml")
+
+
+def _artifact(run: Path, kind: str) -> Path | None:
+    """The run's best_<kind> (chosen on its held-apart questions) if there is one, else final_<kind>."""
+    for name in (f"best_{kind}", f"final_{kind}"):
+        if (run / name).is_dir():
+            return run / name
+    return None
+
+
 def _with_query_encoder(retriever, query_encoder):
     """The retriever with a trained query encoder on its dense side (deterministic top-k)."""
     if query_encoder is None:
@@ -25,16 +43,17 @@ def _with_query_encoder(retriever, query_encoder):
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_(
-        agent: str = typer.Option("search_r1", "--agent", help="protocol: search_r1, rag_r1, r1_searcher, smartrag"),
-        model: str = typer.Option("smollm2-135m-instruct", "--model", help="registry name, HF id or local path"),
+        run: Optional[Path] = typer.Option(None, "--run", help="a training run directory: model, adapter (or query encoder), protocol, index and rollout settings come from its config.yaml; explicit flags override"),
+        agent: Optional[str] = typer.Option(None, "--agent", help="protocol: search_r1, rag_r1, r1_searcher, smartrag, mmoa [default: search_r1]"),
+        model: Optional[str] = typer.Option(None, "--model", help="registry name, HF id or local path [default: smollm2-135m-instruct]"),
         adapter: Optional[Path] = typer.Option(None, "--adapter", help="a LoRA adapter dir (e.g. a run's final_adapter)"),
         index: Optional[str] = typer.Option(None, "--index", help="index dir or http:// URL (default: BM25 of the demo corpus)"),
         data: str = typer.Option("demo-eval", "--data", help="question file (JSONL[.gz]) or demo-eval"),
         n: int = typer.Option(200, "--n", min=1, help="number of questions (first n)"),
         systems: str = typer.Option("direct,naive_rag,agent", "--systems", help="comma list of direct,naive_rag,agent,retrieval (recall@k / answer@k of the retriever alone)"),
         query_encoder: Optional[Path] = typer.Option(None, "--query-encoder", help="a trained query encoder (a HARR run's final_encoder) for a dense index's queries; `retrieval` then compares it with the index's own encoder"),
-        topk: int = typer.Option(3, "--topk", min=1),
-        max_turns: int = typer.Option(4, "--max-turns", min=1),
+        topk: Optional[int] = typer.Option(None, "--topk", min=1, help="[default: 3]"),
+        max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="[default: 4]"),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         seed: int = typer.Option(0, "--seed"),
         search_threshold: Optional[float] = typer.Option(None, "--search-threshold", min=0.0, max=1.0,
@@ -56,6 +75,25 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.config import TrainConfig
         from ragrl.train.trainer import default_retriever
 
+        from ragrl.rollout.episode import RolloutConfig
+
+        trained = _from_run(run) if run is not None else None
+        rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
+        agent = agent or (trained.agent if trained else "search_r1")
+        model = model or (trained.model.name if trained else "smollm2-135m-instruct")
+        if trained is not None:
+            adapter = adapter or _artifact(run, "adapter")
+            query_encoder = query_encoder or (_artifact(run, "encoder") if trained.policy == "retriever" else None)
+            if index is None and trained.data.index:
+                index = trained.data.index
+            if index is None and trained.policy == "retriever":
+                from ragrl.train.setup import cached_dense_index
+                index = str(cached_dense_index(trained.data.corpus, trained.data.vectors, trained.retriever.encoder))
+            if index is None and trained.data.corpus:
+                from ragrl.train.trainer import cached_bm25_index
+                index = str(cached_bm25_index(trained.data.corpus))
+        topk = topk or rollout.topk or 3
+        rollout = replace(rollout, topk=topk, max_turns=max_turns or (rollout.max_turns if trained else 4))
         chosen = [s.strip() for s in systems.split(",") if s.strip()]
         want_retrieval = "retrieval" in chosen
         chosen = [s for s in chosen if s != "retrieval"]
@@ -111,7 +149,7 @@ def register(app: typer.Typer) -> None:
             # only the agent decides by threshold; the baselines keep the plain engine
             agent_engine = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], search_threshold)
         cfg = EvalConfig(agent=agent, systems=chosen, n=len(samples), batch_size=batch_size, topk=topk, seed=seed)
-        cfg.rollout = replace(cfg.rollout, topk=topk, max_turns=max_turns)
+        cfg.rollout = rollout
         from rich.progress import Progress
 
         with Progress() as bar:
@@ -132,7 +170,9 @@ def register(app: typer.Typer) -> None:
         baseline = "naive_rag" if "naive_rag" in results and len(results) > 1 else None
         write_report(out, results, {"model": model, "adapter": str(adapter) if adapter else None, "agent": agent,
                                     "index": index or "bm25(demo corpus)", "data_file": data, "n": len(samples),
-                                    "seed": seed, "decoding": "greedy", "search_threshold": search_threshold},
+                                    "seed": seed, "decoding": "greedy", "search_threshold": search_threshold,
+                                    "run": str(run) if run else None, "query_encoder": str(query_encoder) if query_encoder else None,
+                                    "rollout": rollout.__dict__},
                      baseline=baseline)
         bar_chart(results, out / "report.png")
         typer.echo(format_table(results))

@@ -59,7 +59,8 @@ def file_sha256(path: str | Path) -> str:
 
 
 def load_corpus(path: str | Path) -> Corpus:
-    """Read and validate a corpus file; extra fields per line (e.g. `sources`) are ignored."""
+    """Read and validate a corpus file: rows of `id`, `title`, `text` (extra fields such as `sources`
+    are ignored), or FlashRAG / Search-R1 rows of `id`, `contents` ("\"Title\"\ntext")."""
     path = Path(path)
     name = str(path)
     try:
@@ -75,6 +76,7 @@ def load_corpus(path: str | Path) -> Corpus:
     texts: list[str] = []
     first_line_of: dict[str, int] = {}
     for lineno, row in iter_json_objects(raw, name, CorpusError):
+        row = _from_contents(row, f"{name}:{lineno}")
         _check_fields(row, f"{name}:{lineno}")
         pid = row["id"]
         if pid in first_line_of:
@@ -89,6 +91,33 @@ def load_corpus(path: str | Path) -> Corpus:
     if not ids:
         raise CorpusError(f"{name}: corpus is empty (no passages)")
     return Corpus(ids=ids, titles=titles, texts=texts, sha256=sha, path=name)
+
+
+def _from_contents(row: dict, where: str) -> dict:
+    r"""FlashRAG's / Search-R1's corpus rows (the wiki-18 layout): `{"id", "contents": "\"Title\"\ntext"}`
+    become id/title/text; a row with both layouts is ambiguous and refused.
+
+    >>> _from_contents({"id": 0, "contents": '"Jaws (film)"\nJaws is a 1975 film.'}, "x:1")
+    {'id': '0', 'title': 'Jaws (film)', 'text': 'Jaws is a 1975 film.'}
+    >>> _from_contents({"id": "7", "contents": "no title line"}, "x:1")["title"]
+    ''
+    """
+    if not isinstance(row, dict) or "contents" not in row:
+        return row
+    if "title" in row or "text" in row:
+        raise CorpusError(f'{where}: a row has either "contents" (FlashRAG) or "title"/"text", not both')
+    contents = row["contents"]
+    if not isinstance(contents, str):
+        raise CorpusError(f'{where}: field "contents" must be a string, got {type(contents).__name__}')
+    first, sep, rest = contents.partition("\n")
+    if sep and len(first) >= 2 and first.startswith('"') and first.endswith('"'):
+        title, text = first[1:-1], rest
+    else:
+        title, text = "", contents
+    pid = row.get("id")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        pid = str(pid)   # wiki-18's ids are numbers
+    return {"id": pid, "title": title, "text": text}
 
 
 def _check_fields(row: dict, where: str) -> None:
