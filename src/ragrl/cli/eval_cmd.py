@@ -41,6 +41,16 @@ def _with_query_encoder(retriever, query_encoder):
 
 
 def register(app: typer.Typer) -> None:
+    @app.command("view")
+    def view(
+        run_dir: Path = typer.Argument(..., help="an eval or training directory"),
+        out: Optional[Path] = typer.Option(None, "--out", help="the HTML file [default: RUN_DIR/view.html]"),
+    ) -> None:
+        """Write one self-contained HTML page to browse the directory's trajectories and curves."""
+        from ragrl.eval.viewer import write_view
+
+        typer.echo(f"wrote {write_view(run_dir, out)}")
+
     @app.command("eval")
     def eval_(
         run: Optional[Path] = typer.Option(None, "--run", help="a training run directory: model, adapter (or query encoder), protocol, index and rollout settings come from its config.yaml; explicit flags override"),

@@ -129,6 +129,8 @@ class TrainConfig:
     # under `accelerate launch --use_deepspeed`, off otherwise.
     shard_optimizer: bool | None = None
     eval_every: int = 0                   # 0: only at the end
+    # Write the step's trajectories to run_dir/trajectories/step_N.jsonl every N steps (`ragrl view`).
+    log_trajectories_every: int = 0
     # With eval_every: keep the policy that scored best on this metric of data.eval (a slice held
     # apart from the training questions) as run_dir/best_<adapter|encoder> (+ best.json): when to
     # stop is chosen on held-apart training questions, never on test questions.

@@ -264,6 +264,10 @@ class Trainer:
         t_update = time.perf_counter() - t0
         row = self._row(trajs, rstats, ustats, prep.stats, t_rollout, t_reward, t_update,
                         time.perf_counter() - t_start)
+        if cfg.log_trajectories_every and self.step % cfg.log_trajectories_every == 0 and self.rank == 0:
+            from ragrl.eval.report import write_trajectories
+            (self.run_dir / "trajectories").mkdir(exist_ok=True)
+            write_trajectories(self.run_dir / "trajectories" / f"step_{self.step:06d}.jsonl", trajs)
         # Bytes of Adam state on this rank (a 1/world share under ZeRO-1 or FSDP); the mean over ranks.
         row["optimizer_state_mb"] = optimizer_state_bytes(self.optimizer) / 2**20
         # Under several ranks: the step's metrics over all ranks' trajectories (rank 0 logs them).
