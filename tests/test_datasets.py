@@ -81,3 +81,25 @@ def test_flashrag_question_and_corpus_files_load(tmp_path):
     bad.write_text('{"id": "0", "contents": "x", "title": "t", "text": "y"}\n')
     with pytest.raises(CorpusError, match="both.jsonl:1: a row has either"):
         load_corpus(bad)
+
+
+def test_search_r1_parquet_and_a_saved_dataset_load(tmp_path):
+    """Search-R1's / verl's parquet rows (the question in the chat prompt, answers in
+    reward_model.ground_truth.target) and an Arrow dataset directory load as QA rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"data_source": "nq", "prompt": [{"role": "user", "content": "Answer the question. Question: who wrote jaws?\n"}],
+             "reward_model": {"style": "rule", "ground_truth": {"target": ["Peter Benchley"]}}, "extra_info": {"index": 0}}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    q = load_questions(tmp_path / "train.parquet")
+    assert q[0]["question"] == "who wrote jaws?" and q[0]["answers"] == ["Peter Benchley"] and q[0]["dataset"] == "nq"
+    d = tmp_path / "saved"
+    d.mkdir()
+    table = pa.Table.from_pylist([{"question": "q1", "golden_answers": ["a"]}, {"question": "q2", "golden_answers": ["b"]}])
+    with pa.OSFile(str(d / "data-00000-of-00001.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    assert [r["answers"] for r in load_questions(d)] == [["a"], ["b"]]
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(RagrlError, match="bad.parquet: not a readable .parquet file"):
+        load_questions(tmp_path / "bad.parquet")

@@ -1,6 +1,7 @@
 """QA datasets: JSON Lines (optionally gzip) rows with `id`, `question`, `answers`."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ragrl.errors import RagrlError
@@ -29,13 +30,11 @@ def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
     (['answers', 'context_passage_ids', 'dataset'], 2)
     """
     p = resolve_data(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise RagrlError(f"{p}: cannot read ({e})") from None
     rows: list[dict] = []
-    for ln, row in iter_json_objects(raw, str(p)):
-        # FlashRAG's JSONL names the gold answers `golden_answers`.
+    for ln, row in _rows(p):
+        # FlashRAG's JSONL names the gold answers `golden_answers`; Search-R1's / verl's parquet
+        # keeps them in reward_model.ground_truth.target and the question inside its chat prompt.
+        row = _from_verl(row)
         q, a = row.get("question"), row.get("answers", row.get("golden_answers", row.get("answer")))
         if isinstance(a, str):
             a = [a]
@@ -51,3 +50,69 @@ def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
     if not rows:
         raise RagrlError(f"{p}: no questions")
     return rows
+
+
+def _rows(p: Path):
+    """(line or row number, dict) from JSON Lines (.gz too), a parquet file, or a Hugging Face
+    `datasets` directory saved with save_to_disk (its *.arrow files)."""
+    if p.is_dir():
+        files = sorted(p.glob("**/*.arrow")) or sorted(p.glob("**/*.parquet"))
+        if not files:
+            raise RagrlError(f"{p}: a directory with no .arrow or .parquet files (not a saved dataset)")
+        n = 0
+        for f in files:
+            for _, row in _rows(f):
+                n += 1
+                yield n, row
+        return
+    if p.suffix in (".parquet", ".arrow"):
+        try:
+            import pyarrow.ipc
+            import pyarrow.parquet
+        except ImportError:
+            raise RagrlError(f"{p}: reading {p.suffix} files needs pyarrow (pip install pyarrow)") from None
+        try:
+            if p.suffix == ".parquet":
+                table = pyarrow.parquet.read_table(p)
+            else:
+                with open(p, "rb") as f:
+                    try:
+                        table = pyarrow.ipc.open_stream(f).read_all()
+                    except Exception:
+                        f.seek(0)
+                        table = pyarrow.ipc.open_file(f).read_all()
+        except Exception as e:   # pyarrow raises several kinds for a bad file
+            raise RagrlError(f"{p}: not a readable {p.suffix} file ({type(e).__name__}: {str(e)[:200]})") from None
+        for i, row in enumerate(table.to_pylist(), 1):
+            yield i, row
+        return
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise RagrlError(f"{p}: cannot read ({e})") from None
+    yield from iter_json_objects(raw, str(p))
+
+
+_QUESTION_IN_PROMPT = re.compile(r"Question:\s*(.+?)\s*(?:\n|$)", re.S)
+
+
+def _from_verl(row: dict) -> dict:
+    r"""Search-R1 / verl rows: answers from reward_model.ground_truth.target, the question from
+    `question` or else the last `Question:` line of the user prompt.
+
+    >>> _from_verl({"prompt": [{"role": "user", "content": "Answer... Question: Who wrote Jaws?\n"}],
+    ...             "reward_model": {"ground_truth": {"target": ["Peter Benchley"]}}, "data_source": "nq"})["answers"]
+    ['Peter Benchley']
+    """
+    gt = (row.get("reward_model") or {}).get("ground_truth") if isinstance(row.get("reward_model"), dict) else None
+    if not isinstance(gt, dict) or "answers" in row or "golden_answers" in row:
+        return row
+    target = gt.get("target")
+    row = dict(row, answers=[target] if isinstance(target, str) else list(target or []))
+    if not row.get("question") and isinstance(row.get("prompt"), list):
+        user = " ".join(m.get("content", "") for m in row["prompt"] if isinstance(m, dict) and m.get("role") == "user")
+        found = _QUESTION_IN_PROMPT.findall(user)
+        if found:
+            row["question"] = found[-1]
+    row.setdefault("dataset", row.get("data_source"))
+    return row
