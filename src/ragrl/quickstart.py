@@ -75,6 +75,19 @@ def keep_previous_run(out: Path) -> Path | None:
     return dest
 
 
+def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minutes: float | None, cap: int):
+    """The job's tiny recipe writing its RL run to out/rl, after moving an earlier run aside.
+    Time-bounded (minutes set and no `steps=` override): RL runs until the time the other stages
+    leave is used up, however many steps that is (`steps` caps `ragrl train`, which has no bound)."""
+    from ragrl.train.recipe import load_train_config
+
+    keep_previous_run(out)
+    cfg = load_train_config(recipe, [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
+    if minutes is not None and "steps" not in parse_overrides(overrides):
+        cfg.steps = cap
+    return cfg
+
+
 def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
                    minutes: float | None = 27.0) -> dict:
     """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave,
@@ -88,12 +101,7 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
 
     t_start = time.perf_counter()
     out = Path(out_dir)
-    keep_previous_run(out)
-    cfg = load_train_config("search_r1_grpo", [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
-    if minutes is not None and "steps" not in parse_overrides(overrides):
-        # Time-bounded: RL runs until the time the other stages leave is used up, however many
-        # steps that is (the recipe's `steps` caps `ragrl train`, which has no time bound).
-        cfg.steps = RL_STEP_CAP
+    cfg = fresh_run_config("search_r1_grpo", out, overrides, minutes, RL_STEP_CAP)
     console.rule("[bold]ragrl quickstart")
     console.print("1/6 BM25 index of the bundled corpus")
     retriever = make_retriever(str(cached_bm25_index(cfg.data.corpus)))

@@ -26,7 +26,6 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from ragrl.config import parse_overrides
 from ragrl.datasets import load_questions
 
 console = Console()
@@ -73,20 +72,16 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     from ragrl.eval.retrieval import compare_retrievers, format_comparison
     from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
     from ragrl.models.query_encoder import QueryEncoder
-    from ragrl.quickstart import keep_previous_run
+    from ragrl.quickstart import fresh_run_config
     from ragrl.retrieval.stochastic import StochasticRetriever
     from ragrl.rollout.hf_engine import HFEngine
     from ragrl.train.policy import build_policy
-    from ragrl.train.recipe import load_train_config
     from ragrl.train.run_dir import read_metrics
     from ragrl.train.trainer import Trainer
 
     t_start = time.perf_counter()
     out = Path(out_dir)
-    keep_previous_run(out)
-    cfg = load_train_config("harr_grpo", [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
-    if minutes is not None and "steps" not in parse_overrides(overrides):
-        cfg.steps = RL_STEP_CAP
+    cfg = fresh_run_config("harr_grpo", out, overrides, minutes, RL_STEP_CAP)
     console.rule("[bold]ragrl quickstart: RL on the retriever (HARR), full 51k-passage corpus")
     console.print("1/5 dense index of the data kit's corpus (precomputed MiniLM vectors), query encoder, test sets")
     tests = {name: load_questions(path) for name, path in (test_sets or TEST_SETS).items()}

@@ -58,3 +58,24 @@ class Policy(Protocol):
     def train(self) -> None: ...
 
     def eval(self) -> None: ...
+
+
+class ValueHeadPolicy:
+    """What every policy here shares: trainable parameters are the module's (those that require
+    grad) plus an optional value head's, and the value head is checkpointed beside the module."""
+
+    module: nn.Module
+    value_head: nn.Module | None
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        return params + (list(self.value_head.parameters()) if self.value_head is not None else [])
+
+    def extra_modules(self) -> dict[str, nn.Module] | None:
+        return {"value_head": self.value_head} if self.value_head is not None else None
+
+    def train(self) -> None:
+        self.module.train()
+
+    def eval(self) -> None:
+        self.module.eval()

@@ -7,11 +7,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ragrl.policy.base import ValueHeadPolicy
 from ragrl.train.batch import TrajBatch, collate
 from ragrl.train.policy import ValueHead, forward_actions, reference_context
 
 
-class LMPolicy:
+class LMPolicy(ValueHeadPolicy):
     def __init__(self, model: nn.Module, tokenizer, value_head: ValueHead | None = None):
         self.module, self.tok, self.value_head = model, tokenizer, value_head
         self.has_values = value_head is not None
@@ -29,16 +30,3 @@ class LMPolicy:
 
     def reference(self):
         return reference_context(self.module)
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        params = [p for p in self.module.parameters() if p.requires_grad]
-        return params + (list(self.value_head.parameters()) if self.value_head is not None else [])
-
-    def extra_modules(self) -> dict[str, nn.Module] | None:
-        return {"value_head": self.value_head} if self.value_head is not None else None
-
-    def train(self) -> None:
-        self.module.train()
-
-    def eval(self) -> None:
-        self.module.eval()

@@ -18,6 +18,7 @@ from torch import nn
 from ragrl.algos.plackett_luce import pl_log_prob
 from ragrl.errors import RagrlError
 from ragrl.models.query_encoder import QueryEncoder
+from ragrl.policy.base import ValueHeadPolicy
 from ragrl.train.policy import ValueHead
 
 
@@ -77,9 +78,10 @@ def collate_retrievals(trajs: list) -> RetrievalBatch:
         torch.tensor(pos, dtype=torch.long).reshape(A, 2))
 
 
-class RetrieverPolicy:
+class RetrieverPolicy(ValueHeadPolicy):
     """encoder: the trainable `QueryEncoder`; embeddings: the index's passage vectors [rows, dim]
-    (fixed); temperature: the Plackett–Luce temperature the draws were sampled at."""
+    (fixed); temperature: the Plackett–Luce temperature the draws were sampled at. `train()` leaves
+    the encoder in eval mode (QueryEncoder refuses dropout), so PPO's ratios start at 1."""
 
     def __init__(self, encoder: QueryEncoder, embeddings: torch.Tensor, temperature: float, *,
                  with_value_head: bool = False, with_reference: bool = False):
@@ -133,16 +135,3 @@ class RetrieverPolicy:
             yield
         finally:
             self._scorer = self.module
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        params = [p for p in self.module.parameters() if p.requires_grad]
-        return params + (list(self.value_head.parameters()) if self.value_head is not None else [])
-
-    def extra_modules(self) -> dict[str, nn.Module] | None:
-        return {"value_head": self.value_head} if self.value_head is not None else None
-
-    def train(self) -> None:
-        self.module.train()   # QueryEncoder stays in eval mode (no dropout): ratios start at 1
-
-    def eval(self) -> None:
-        self.module.eval()
