@@ -225,3 +225,31 @@ def test_schedule_validation():
         RewardSchedule([(0, {"em": 1})]).at(-1)
     with pytest.raises(ConfigError, match="takes from_step and reward"):
         RewardSchedule.parse([{"from_step": 0, "rewards": {"em": 1}}])
+
+
+def test_a_new_protocol_gets_the_search_rewards_without_a_change_in_rewards():
+    """Rewards ask the protocol to count searches and to tell a protocol response from a plain
+    reply; they never test its Python type (a protocol defined here, after the rewards)."""
+    from ragrl.agents.base import Action, Protocol
+    class Bracket(Protocol):
+        name = "bracket"
+
+        def count_searches(self, response):
+            return response.count("SEARCH(")
+
+        def has_tags(self, text):
+            return "SEARCH(" in text or "ANSWER(" in text
+
+        def extract_answer(self, text):
+            return text.split("ANSWER(", 1)[1].split(")", 1)[0] if "ANSWER(" in text else None
+
+        def parse(self, text):
+            return Action("invalid", error="unused")
+
+    p = Bracket()
+    from ragrl.rewards.qa import answer_of
+    from ragrl.rewards.search import search_cost_reward, search_count
+
+    text = "SEARCH(jaws) docs SEARCH(director) ANSWER(Steven Spielberg)"
+    assert search_count(text, p) == 2 and search_cost_reward(text, {}, cost=0.1, protocol=p) == pytest.approx(-0.2)
+    assert answer_of(text, p) == "Steven Spielberg" and answer_of("SEARCH(x)", p) == ""

@@ -58,3 +58,12 @@ class Protocol:
     def is_valid_format(self, response: str) -> bool:
         """Whether a whole response (actions and observations) follows the protocol."""
         raise NotImplementedError
+
+    def count_searches(self, response: str) -> int:
+        """Search actions in a whole response's text (rewards read this, whatever the protocol)."""
+        from ragrl.errors import RagrlError
+        raise RagrlError(f"the {self.name} protocol cannot count searches in text; pass a Trajectory")
+
+    def has_tags(self, text: str) -> bool:
+        """Whether the text holds any tag of this protocol (a protocol response, not a plain reply)."""
+        return False

@@ -195,6 +195,19 @@ class SearchR1Protocol(Protocol):
         pieces.append(response[pos:])
         return "".join(pieces)
 
+    def count_searches(self, response: str) -> int:
+        """Complete, non-empty query blocks outside observations (a multi-query search counts once)."""
+        actions = self.action_text(response)
+        open_, close = self.query
+        count, pos = 0, 0
+        while (start := actions.find(open_, pos)) != -1:
+            end = actions.find(close, start + len(open_))
+            if end == -1:
+                break
+            count += bool(actions[start + len(open_):end].strip())
+            pos = end + len(close)
+        return count
+
     def has_tags(self, text: str) -> bool:
         """Whether the text holds any tag of this protocol (a protocol response, not plain text)."""
         return bool(self._tag_re.search(text))

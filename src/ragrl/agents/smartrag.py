@@ -86,6 +86,9 @@ class SmartRAGProtocol(SearchR1Protocol):
         steps.append(response[pos:])
         return [s for s in steps if s.strip()]
 
+    def count_searches(self, response: str) -> int:
+        return sum(self.parse(_strip_end(s)).kind == "search" for s in self._steps(response))
+
     def extract_answer(self, text: str) -> str | None:
         if not isinstance(text, str):
             return None

@@ -17,7 +17,7 @@ from collections import Counter
 from functools import lru_cache
 
 from ragrl.agents.base import Protocol
-from ragrl.agents.search_r1 import SearchR1Protocol, squash
+from ragrl.agents.search_r1 import squash
 from ragrl.errors import RagrlError
 from ragrl.rollout.trajectory import Trajectory
 
@@ -74,7 +74,7 @@ def answer_of(completion, protocol: str | Protocol | None = None) -> str:
     answer = proto.extract_answer(text)
     if answer is not None:
         return answer
-    if isinstance(proto, SearchR1Protocol) and proto.has_tags(text):  # a response with no answer
+    if proto.has_tags(text):  # a protocol response with no answer (a plain reply has no tags)
         return ""
     return squash(text)
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from ragrl.agents.base import Protocol
-from ragrl.agents.search_r1 import SearchR1Protocol
 from ragrl.errors import RagrlError
 from ragrl.rewards.format import is_well_formed
 from ragrl.rewards.qa import answer_of, f1_score, golds_of, protocol_of, response_text
@@ -19,23 +18,12 @@ from ragrl.rollout.trajectory import Trajectory
 def search_count(completion, protocol: str | Protocol | None = None) -> int:
     """Search *actions* taken (a multi-query RAG-R1 search counts once).
 
-    Trajectory → `num_searches`; text → complete, non-empty query blocks outside observations.
+    Trajectory → `num_searches`; text → the protocol's own count (`Protocol.count_searches`), so a
+    new protocol gets every search-based reward without a change here.
     """
     if isinstance(completion, Trajectory):
         return completion.num_searches
-    proto = protocol_of(completion, protocol)
-    if not isinstance(proto, SearchR1Protocol):
-        raise RagrlError(f"search_count cannot read {proto.name} text; pass a Trajectory")
-    actions = proto.action_text(response_text(completion))
-    open_, close = proto.query
-    count, pos = 0, 0
-    while (start := actions.find(open_, pos)) != -1:
-        end = actions.find(close, start + len(open_))
-        if end == -1:
-            break
-        count += bool(actions[start + len(open_):end].strip())
-        pos = end + len(close)
-    return count
+    return protocol_of(completion, protocol).count_searches(response_text(completion))
 
 
 def search_cost_reward(completion, sample=None, cost: float = 0.1, protocol: str | Protocol | None = None) -> float:

@@ -44,9 +44,4 @@ def smartrag_reward(completion, sample, cost: float = 0.2, invalid_penalty: floa
 
 
 def _searches(completion, proto) -> int:
-    if isinstance(completion, Trajectory):
-        return completion.num_searches
-    steps = getattr(proto, "_steps", None)
-    if steps is not None:
-        return sum(proto.parse(p).kind == "search" for p in steps(response_text(completion)))
     return search_count(completion, proto)
