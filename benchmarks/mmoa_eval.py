@@ -46,10 +46,12 @@ def main() -> None:
     retriever = default_retriever(TrainConfig(data=DataConfig(corpus="kit:corpus/wiki_passages.jsonl.gz")))
     base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
     adapters = {"SFT": args.sft, **dict(r.split("=", 1) for r in args.run)}
-    model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name="SFT")
+    # peft adapter names may not hold dots or spaces: a slot per system
+    slot = {name: f"a{i}" for i, name in enumerate(adapters)}
+    model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name=slot["SFT"])
     for name, path in adapters.items():
         if name != "SFT":
-            model.load_adapter(path, adapter_name=name)
+            model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
     result: dict = {"settings": {"n": args.n, "adapters": adapters, "index": "bm25 over the full corpus"}, "sets": {}}
@@ -61,7 +63,7 @@ def main() -> None:
             res = evaluate(engine, retriever, samples, EvalConfig(systems=["naive_rag"], n=len(samples), topk=3))
         per["naive_rag"] = res["naive_rag"]["trajectories"]
         for name in adapters:
-            model.set_adapter(name)
+            model.set_adapter(slot[name])
             res = evaluate(engine, retriever, samples, EvalConfig(agent="mmoa", systems=["agent"], n=len(samples),
                                                                  rollout=rollout))
             per[name] = res["mmoa"]["trajectories"]

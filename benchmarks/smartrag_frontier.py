@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--sft", required=True, help="the SFT adapter both PPO runs started from")
     ap.add_argument("--ppo", action="append", default=[], help="COST=ADAPTER_DIR (repeatable)")
     ap.add_argument("--n", type=int, default=150, help="questions per eval set")
+    ap.add_argument("--thresholds", default="", help="comma list: also run the last PPO policy in SmartRAG's "
+                                                      "inference mode at these search thresholds")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "smartrag_frontier"))
     args = ap.parse_args()
 
@@ -46,10 +48,12 @@ def main() -> None:
                             max_obs_tokens=160, passage_words=30, topk=3)
     base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
     adapters = {"SFT": args.sft, **{f"SFT + PPO (cost {c})": d for c, d in (p.split("=", 1) for p in args.ppo)}}
-    model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name="SFT")
+    # peft adapter names may not hold dots or spaces: a slot per system
+    slot = {name: f"a{i}" for i, name in enumerate(adapters)}
+    model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name=slot["SFT"])
     for name, path in adapters.items():
         if name != "SFT":
-            model.load_adapter(path, adapter_name=name)
+            model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     result: dict = {"settings": {"n": args.n, "adapters": adapters, "index": "bm25 over the full corpus",
                                  "rollout": rollout.__dict__}, "sets": {}}
@@ -61,17 +65,28 @@ def main() -> None:
                                                                  n=len(samples), topk=3, rollout=rollout))
         systems.update({k: v for k, v in res.items()})
         for name in adapters:
-            model.set_adapter(name)
+            model.set_adapter(slot[name])
             res = evaluate(engine, retriever, samples, EvalConfig(agent="smartrag", systems=["agent"], n=len(samples),
                                                                  topk=3, rollout=rollout))
             systems[name] = res["smartrag"]
+        for th in [float(x) for x in args.thresholds.split(",") if x.strip()]:
+            from ragrl.agents.registry import get_protocol
+            from ragrl.rollout.decision_engine import ThresholdDecisionEngine
+
+            last = list(adapters)[-1]
+            model.set_adapter(slot[last])
+            proto = get_protocol("smartrag")
+            decider = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], th)
+            res = evaluate(decider, retriever, samples, EvalConfig(agent="smartrag", systems=["agent"], n=len(samples),
+                                                                  topk=3, rollout=rollout))
+            systems[f"{last}, threshold {th}"] = res["smartrag"]
         summaries = {}
         for name, r in systems.items():
             s = summarize(r["trajectories"], r["wall_s"], per_question=True)
             s["retrieval_rate"] = 100 * sum(t.num_searches > 0 for t in r["trajectories"]) / len(r["trajectories"])
             summaries[name] = s
         pairs = {}
-        for name in adapters:
+        for name in systems:
             if name.startswith("SFT + PPO"):
                 pairs[f"{name} - SFT"] = paired_diffs(summaries["SFT"]["per_question"], summaries[name]["per_question"])
                 pairs[f"{name} - naive_rag"] = paired_diffs(summaries["naive_rag"]["per_question"],
