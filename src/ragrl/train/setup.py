@@ -36,6 +36,7 @@ class Setup:
     artifact: str = "adapter"  # what export writes: run_dir/final_<artifact>, best_<artifact>
     shardable: bool = True     # whether FSDP may shard policy.module
     trains: Callable = lambda traj: True   # which rolled-out trajectories the update learns from
+    filter_questions: bool = False         # HARR's filter: train only on questions whose reward varies
 
 
 def build_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
@@ -146,7 +147,8 @@ def retriever_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> S
     def export(target: Path, state=None):
         encoder.save_encoder(target)
 
-    s = Setup(policy, rollout, evaluate, export, artifact="encoder", shardable=False)
+    s = Setup(policy, rollout, evaluate, export, artifact="encoder", shardable=False,
+              filter_questions=rc.filter_questions)
     s.sampler = sampler
     return s
 

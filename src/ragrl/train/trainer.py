@@ -123,7 +123,7 @@ class Trainer:
             if logger is not None:
                 logger.truncate_after(self.step - 1)
             log.info("resumed from %s at step %d", ck.name, self.step)
-        if getattr(self.cfg.retriever, "filter_questions", False) and self.cfg.policy == "retriever":
+        if self.setup.filter_questions:
             self._filter_questions()
         rows = []
         bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
