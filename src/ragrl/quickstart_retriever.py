@@ -140,7 +140,9 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
             qa[key] = {"base": [100 * x for x in bootstrap_ci(a)], "rl": [100 * x for x in bootstrap_ci(b)],
                        "diff": [100 * d, 100 * lo, 100 * hi], "p": p}
         changed = sum(down[i][0] != base_down[name][i][0] for i in ids)
-        report["sets"][name] = {"retrieval": {k: v for k, v in comp.items() if k != "per_question"},
+        slim = {k: ({m: x for m, x in v.items() if m != "per_question"} if k in ("base encoder", "RL encoder") else v)
+                for k, v in comp.items()}
+        report["sets"][name] = {"retrieval": slim,
                                 "naive_rag": qa, "downstream_n": len(ids), "downstream_regenerated": changed}
         md.append(format_comparison(comp, ["base encoder", "RL encoder"], "base encoder", f"{name} ({len(qs)} questions)"))
         ch = comp["changed"]["RL encoder"]
