@@ -48,7 +48,9 @@ class SmartRAGProtocol(SearchR1Protocol):
     invalid_ends_episode = True
 
     def parse(self, text: str) -> Action:
-        """>>> p = SmartRAGProtocol()
+        """The step's action, by its first word.
+
+        >>> p = SmartRAGProtocol()
         >>> p.parse("[Search] Jaws director")
         Action(kind='search', queries=['Jaws director'], answer=None, error=None)
         >>> p.parse(" [Answer] Spielberg [/Answer]").answer

@@ -16,7 +16,9 @@ from ragrl.rewards.qa import normalize_answer
 
 
 def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
-    """>>> gold_recall(["a", "b", "c"], ["b", "z"])
+    """The share of `gold_ids` among `hit_ids` (0.0 without gold ids).
+
+    >>> gold_recall(["a", "b", "c"], ["b", "z"])
     0.5
     """
     golds = set(gold_ids)
