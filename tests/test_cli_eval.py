@@ -45,7 +45,8 @@ def run_main(monkeypatch, capsys, args) -> tuple[int, str]:
     (["--systems", "direct,bogus"], "bogus"),
     (["--data", "/nonexistent/questions.jsonl"], "/nonexistent/questions.jsonl"),
     (["--device", "tpu"], "--device"),
-], ids=["bad --systems", "missing --data", "bad --device"])
+    (["--engine", "vlm"], "--engine"),
+], ids=["bad --systems", "missing --data", "bad --device", "bad --engine"])
 def test_bad_input_is_one_error_line_without_traceback(monkeypatch, capsys, tmp_path, tiny_model_dir, args, names):
     code, output = run_main(monkeypatch, capsys, ["eval", "--model", str(tiny_model_dir), "--n", "2",
                                                   "--out", str(tmp_path / "never"), *args])

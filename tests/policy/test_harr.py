@@ -98,6 +98,27 @@ def test_gradients_reach_the_encoder_and_never_the_passage_vectors(kit):
     assert np.array_equal(kit["dense"].embeddings, before_index)
 
 
+def test_a_lora_encoder_trains_only_its_adapter_and_saves_merged(kit, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    encoder = QueryEncoder("all-minilm-l6-v2", lora=True, lora_r=4)
+    trainable = [n for n, p in encoder.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    texts = ["who directed jaws", "capital of france"]
+    base = encoder.encode(texts)
+    with torch.no_grad():   # a trained adapter: B is no longer zero
+        for n, p in encoder.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
+    trained = encoder.encode(texts)
+    assert not np.allclose(trained, base, atol=1e-4)
+    saved = SentenceTransformer(str(encoder.save_encoder(tmp_path / "enc")), device="cpu")
+    reloaded = saved.encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(reloaded, trained, atol=1e-5)
+    assert not any("lora" in k for k in saved.state_dict())   # a plain folder: LoRA merged
+    np.testing.assert_allclose(encoder.encode(texts), trained, atol=1e-6)   # the live encoder untouched
+
+
 def test_follow_up_search_embeds_question_and_history(kit):
     """With a generator in the loop, every search is a sampled action, and the second search's
     text carries the original question and what the first one found."""

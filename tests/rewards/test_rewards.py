@@ -15,6 +15,7 @@ from ragrl.rewards import (
     f1_reward,
     f1_score,
     format_reward,
+    answer_in_docs_reward,
     gold_recall_reward,
     make_reward,
     normalize_answer,
@@ -151,6 +152,18 @@ def test_gold_recall():
     assert gold_recall_reward(good_episode(), {"answers": ["x"]}) == 0.0
     with pytest.raises(RagrlError, match="needs a Trajectory"):
         gold_recall_reward("<search>q</search>", SAMPLE)
+
+
+def test_answer_in_docs_reads_only_what_was_retrieved():
+    episode = good_episode()   # the search's documents hold "Steven Spielberg"
+    assert answer_in_docs_reward(episode, {"answers": ["Spielberg"]}) == 1.0
+    assert answer_in_docs_reward(episode, {"answers": ["George Lucas"]}) == 0.0
+    # the answer the policy wrote is not a retrieved document
+    episode.turns[-1].action_text = "<answer> George Lucas </answer>"
+    assert answer_in_docs_reward(episode, {"answers": ["George Lucas"]}) == 0.0
+    assert answer_in_docs_reward(episode, {"answers": ["yes"]}) == 0.0   # no signal in yes/no
+    with pytest.raises(RagrlError, match="needs a Trajectory"):
+        answer_in_docs_reward("<search>q</search>", SAMPLE)
 
 
 def test_r1_searcher_stages():

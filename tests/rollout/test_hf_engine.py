@@ -144,13 +144,14 @@ def test_bad_inputs_raise_clear_errors(tiny, prompts):
         tiny.generate(prompts, SamplingParams(top_p=0.0))
     with pytest.raises(ConfigError, match="max_new_tokens"):
         tiny.generate(prompts, SamplingParams(max_new_tokens=0))
-    with pytest.raises(ConfigError, match="engine kind"):
+    with pytest.raises(ConfigError, match="'tgi' is not one of hf, vllm"):
         make_engine("tgi", tiny.model, tiny.tokenizer)
 
 
 def test_engine_selection_without_vllm(tiny):
-    assert isinstance(make_engine("auto", tiny.model, tiny.tokenizer), HFEngine)  # no vllm, no CUDA here
-    with pytest.raises(RagrlError, match=r"pip install 'ragrl\[vllm\]'"):
+    engine = make_engine("hf", tiny.model, tiny.tokenizer, max_batch_size=3)
+    assert isinstance(engine, HFEngine) and engine.model is tiny.model and engine.max_batch_size == 3
+    with pytest.raises(ConfigError, match=r"model.engine=vllm: vllm is not installed \(pip install 'ragrl\[vllm\]'\)"):
         make_engine("vllm", tiny.model, tiny.tokenizer)
     with pytest.raises(RagrlError, match="CUDA"):
         VLLMEngine("smollm2-135m-instruct")

@@ -14,7 +14,7 @@ from ragrl.train.recipe import load_train_config
     ("lr_schedule=linaer", ["lr_schedule", "did you mean 'linear'"]),
     ("algo.estimator=grpoo", ["algo.estimator", "did you mean 'grpo'"]),
     ("algo.loss_agg=token-mean", ["algo.loss_agg", "did you mean 'token_mean'"]),
-    ("model.engine=vllm", ["model.engine", "'vllm' is not one of hf"]),
+    ("model.engine=vlm", ["model.engine", "did you mean 'vllm'"]),
     ("model.dtype=bf16", ["model.dtype", "float32, bfloat16, float16, auto"]),
     ("policy=retreiver", ["policy", "did you mean 'retriever'"]),
     ("data.shuffle=false", ["data.shuffle"]),
@@ -32,6 +32,10 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["model.init_adapter=/nonexistent/adapter"], "model.init_adapter: /nonexistent/adapter is not a LoRA adapter"),
     (["keep_best=f1", "eval_every=0"], "keep_best needs eval_every"),
     (["algo.kl_target=0.2", "algo.kl_coef=0"], "algo.kl_target"),
+    (["algo.value_coef=0.5"], "algo.value_coef: the grpo estimator has no critic"),
+    (["algo.value_clip=0.1"], "algo.value_clip: the grpo estimator has no critic"),
+    (["algo.estimator=gae", "algo.value_coef=0"], "algo.value_coef: gae reads its critic"),
+    (["model.engine=vllm", "shard_params=true"], "model.engine=vllm"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
     from ragrl.train import setup
@@ -42,6 +46,39 @@ def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(o
     with pytest.raises(ConfigError, match=match):
         Trainer(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_an_engine_that_cannot_run_here_is_refused_naming_what_is_missing(tmp_path, monkeypatch):
+    from ragrl.rollout.vllm_engine import vllm_available
+    from ragrl.train import setup
+    from ragrl.train.trainer import Trainer
+
+    if vllm_available():
+        pytest.skip("vLLM and a GPU are here: nothing is missing")
+    monkeypatch.setattr(setup, "build_setup", lambda *a, **k: pytest.fail("the setup was built"))
+    cfg = load_train_config("search_r1_grpo", ["model.engine=vllm", f"out_dir={tmp_path / 'run'}"], "tiny")
+    with pytest.raises(ConfigError, match=r"model.engine=vllm: (vllm is not installed \(pip install 'ragrl\[vllm\]'\)"
+                                          r"|no CUDA GPU is visible)"):
+        Trainer(cfg)
+
+
+def test_an_index_built_over_another_corpus_is_refused(tmp_path, demo_bm25_dir, monkeypatch):
+    from ragrl.train import setup
+    from ragrl.train.trainer import Trainer
+
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"id": "p1", "title": "A", "text": "another corpus"}\n')
+    monkeypatch.setattr(setup, "build_setup", lambda *a, **k: pytest.fail("the setup was built"))
+    cfg = load_train_config("search_r1_grpo", [f"data.index={demo_bm25_dir}", f"data.corpus={other}",
+                                               f"out_dir={tmp_path / 'run'}"], "tiny")
+    with pytest.raises(ConfigError, match=r"data.index: .* whose contents differ from data.corpus"):
+        Trainer(cfg)
+    # the index's own corpus passes the check
+    import json
+    manifest = json.loads((demo_bm25_dir / "manifest.json").read_text())
+    from ragrl.train.check import check_index_matches_corpus
+    check_index_matches_corpus(load_train_config("search_r1_grpo", [f"data.index={demo_bm25_dir}",
+                                                                    f"data.corpus={manifest['corpus_path']}"], "tiny"))
 
 
 def test_a_retriever_policy_without_a_generator_refuses_an_answer_reward(tmp_path):

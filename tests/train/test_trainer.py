@@ -54,7 +54,7 @@ def losses_on(model, value_head, prep: Prepared, cfg: AlgoConfig) -> tuple[float
         vl = None
         if value_head is not None:
             vl = float(value_loss(out["values"], prep.old_values, prep.returns, b.action_mask,
-                                  cfg.value_clip, cfg.loss_agg)[0])
+                                  cfg.critic[1], cfg.loss_agg)[0])
     return float(pg), vl
 
 

@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
         search_threshold: Optional[float] = typer.Option(None, "--search-threshold", min=0.0, max=1.0,
                                                          help="SmartRAG's inference mode: search when P(search action) exceeds this, else answer (protocols whose steps start with the action, e.g. smartrag)"),
+        engine_kind: Optional[str] = typer.Option(None, "--engine", help="hf or vllm (a CUDA GPU, pip install 'ragrl[vllm]') [default: the run's model.engine, else hf]"),
         device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU if there is one), cpu, cuda or cuda:N"),
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:
@@ -81,7 +82,6 @@ def register(app: typer.Typer) -> None:
         from ragrl.eval.stats import summarize
         from ragrl.models.policy import load_policy
         from ragrl.retrieval.inprocess import make_retriever
-        from ragrl.rollout.hf_engine import HFEngine
         from ragrl.train.config import TrainConfig
         from ragrl.train.trainer import default_retriever
 
@@ -115,12 +115,21 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"{query_encoder} is not a sentence-transformers folder (no modules.json)",
                                      param_hint="--query-encoder")
         from ragrl.errors import ConfigError
+        from ragrl.rollout.engines import make_engine, require_engine
         from ragrl.train.policy import resolve_device
 
+        engine_kind = engine_kind or (trained.model.engine if trained else "hf")
         try:   # before any work
             torch_device = resolve_device(device, setting="--device")
         except ConfigError as error:
             raise typer.BadParameter(str(error), param_hint="--device")
+        try:
+            require_engine(engine_kind, setting="--engine")
+        except ConfigError as error:
+            raise typer.BadParameter(str(error), param_hint="--engine")
+        if search_threshold is not None and engine_kind != "hf":
+            raise typer.BadParameter("the threshold decision reads the first action token's probability from the "
+                                     "HF model; use --engine hf", param_hint="--search-threshold")
         samples = load_questions(data, limit=n)
         retriever = make_retriever(index) if index else default_retriever(TrainConfig())
         if query_encoder is not None or want_retrieval:
@@ -147,7 +156,7 @@ def register(app: typer.Typer) -> None:
             from peft import PeftModel
 
             lm = PeftModel.from_pretrained(lm, str(adapter))
-        engine = agent_engine = HFEngine(lm, tok, max_batch_size=batch_size)
+        engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size)
         if search_threshold is not None:
             from ragrl.agents.registry import get_protocol
             from ragrl.rollout.decision_engine import ThresholdDecisionEngine

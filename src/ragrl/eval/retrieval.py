@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from ragrl.eval.stats import bootstrap_ci
-from ragrl.rewards.qa import normalize_answer
+from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
 
 
 def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
@@ -23,26 +23,6 @@ def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
     """
     golds = set(gold_ids)
     return len(golds & set(hit_ids)) / len(golds) if golds else 0.0
-
-
-def answer_in(texts: list[str], answers: list[str]) -> float:
-    """1.0 if a (normalised) gold answer occurs as whole words in one of the texts.
-
-    >>> answer_in(["Steven Spielberg directed Jaws."], ["steven spielberg"])
-    1.0
-    >>> answer_in(["Spielbergs"], ["Spielberg"])
-    0.0
-    """
-    golds = [normalize_answer(a) for a in answers]
-    for t in texts:
-        t = f" {normalize_answer(t)} "
-        if any(g and f" {g} " in t for g in golds):
-            return 1.0
-    return 0.0
-
-
-def is_yes_no(answers: list[str]) -> bool:
-    return bool(answers) and all(normalize_answer(a) in ("yes", "no") for a in answers)
 
 
 def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = False,

@@ -46,9 +46,12 @@ class QueryEncoder(nn.Module):
         if lora:
             from peft import LoraConfig, get_peft_model
 
-            transformer = self.st[0]
             cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=list(lora_targets), lora_dropout=0.0)
-            transformer.auto_model = get_peft_model(transformer.auto_model, cfg)
+            # peft injects the LoRA layers into the transformer in place, so the sentence-transformers
+            # module keeps running (and holding) them. The wrapper is kept out of the module tree:
+            # assigning it back would be shadowed by the `auto_model` property of recent
+            # sentence-transformers, and its parameters would be registered twice.
+            self._peft = [get_peft_model(self.st[0].auto_model, cfg)]
         self.eval()
 
     @property
@@ -86,10 +89,10 @@ class QueryEncoder(nn.Module):
         out_dir = Path(out_dir)
         tmp = out_dir.parent / f".tmp_{out_dir.name}"
         shutil.rmtree(tmp, ignore_errors=True)
-        st = copy.deepcopy(self.st)
+        copied = copy.deepcopy(self)   # one deepcopy: the copy's peft wrapper holds the copy's layers
         if self.lora:
-            st[0].auto_model = st[0].auto_model.merge_and_unload()
-        st.save(str(tmp))
+            copied._peft[0].merge_and_unload()   # merges into the copy's transformer in place
+        copied.st.save(str(tmp))
         shutil.rmtree(out_dir, ignore_errors=True)
         tmp.rename(out_dir)
         return out_dir

@@ -15,6 +15,7 @@ from ragrl.rewards.qa import (
 from ragrl.rewards.registry import REWARDS, CombinedReward, make_reward, reward_breakdown
 from ragrl.rewards.schedule import RewardSchedule
 from ragrl.rewards.search import (
+    answer_in_docs_reward,
     gold_recall_reward,
     r1_searcher_stage1_reward,
     r1_searcher_stage2_reward,
@@ -27,6 +28,6 @@ __all__ = [
     "answer_of", "golds_of", "response_text", "normalize_answer", "exact_match", "f1_score",
     "cover_em", "em_reward", "f1_reward", "cover_em_reward", "format_reward", "is_well_formed",
     "search_r1_format_reward", "search_count", "search_cost_reward", "retrieval_reward",
-    "gold_recall_reward", "r1_searcher_stage1_reward", "r1_searcher_stage2_reward", "REWARDS",
+    "gold_recall_reward", "answer_in_docs_reward", "r1_searcher_stage1_reward", "r1_searcher_stage2_reward", "REWARDS",
     "CombinedReward", "make_reward", "reward_breakdown", "RewardSchedule",
 ]

@@ -179,3 +179,31 @@ def cover_em_reward(completion, sample, protocol: str | Protocol | None = None) 
     1.0
     """
     return cover_em(answer_of(completion, protocol), golds_of(completion, sample))
+
+
+_TAG = re.compile(r"<[^<>\n]*>")
+
+
+def answer_in(texts: list[str], answers: list[str]) -> float:
+    """1.0 if a (normalised) gold answer occurs as whole words in one of the texts.
+
+    Markup tags (`<information>`, `<|end_of_documents|>`) are word boundaries: removing their
+    punctuation alone would glue "Spielberg.</information>" into one word.
+
+    >>> answer_in(["Steven Spielberg directed Jaws."], ["steven spielberg"])
+    1.0
+    >>> answer_in(["Spielbergs"], ["Spielberg"])
+    0.0
+    >>> answer_in(["<information>Doc 1: directed by Spielberg.</information>"], ["Spielberg"])
+    1.0
+    """
+    golds = [normalize_answer(a) for a in answers]
+    for t in texts:
+        t = f" {normalize_answer(_TAG.sub(' ', t))} "
+        if any(g and f" {g} " in t for g in golds):
+            return 1.0
+    return 0.0
+
+
+def is_yes_no(answers: list[str]) -> bool:
+    return bool(answers) and all(normalize_answer(a) in ("yes", "no") for a in answers)

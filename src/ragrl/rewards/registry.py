@@ -25,6 +25,7 @@ from ragrl.rewards.qa import cover_em_reward, em_reward, f1_reward
 from ragrl.rewards.mmoa import mmoa_reward
 from ragrl.rewards.smartrag import smartrag_reward
 from ragrl.rewards.search import (
+    answer_in_docs_reward,
     gold_recall_reward,
     r1_searcher_stage1_reward,
     r1_searcher_stage2_reward,
@@ -43,6 +44,7 @@ REWARDS: dict[str, RewardFn] = {
     "search_cost": search_cost_reward,
     "retrieval": retrieval_reward,
     "gold_recall": gold_recall_reward,
+    "answer_in_docs": answer_in_docs_reward,
     "r1_searcher_stage1": r1_searcher_stage1_reward,
     "r1_searcher_stage2": r1_searcher_stage2_reward,
     "smartrag": smartrag_reward,

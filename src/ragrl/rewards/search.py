@@ -1,4 +1,5 @@
-"""Search-behaviour rewards: cost per search (SmartRAG), R1-Searcher's two stages, gold recall.
+"""Search-behaviour rewards: cost per search (SmartRAG), R1-Searcher's two stages, gold recall,
+answer in the retrieved documents.
 
 >>> r = "<think>look</think><search> Jaws director </search><information>Doc 1</information><answer>x</answer>"
 >>> search_count(r)
@@ -11,7 +12,7 @@ from __future__ import annotations
 from ragrl.agents.base import Protocol
 from ragrl.errors import RagrlError
 from ragrl.rewards.format import is_well_formed
-from ragrl.rewards.qa import answer_of, f1_score, golds_of, protocol_of, response_text
+from ragrl.rewards.qa import answer_in, answer_of, f1_score, golds_of, is_yes_no, protocol_of, response_text
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -52,6 +53,30 @@ def gold_recall_reward(completion, sample) -> float:
     if not golds:
         return 0.0
     return len(golds & set(completion.retrieved_ids)) / len(golds)
+
+
+def answer_in_docs_reward(completion, sample) -> float:
+    """1.0 if a gold answer occurs (SQuAD-normalised, whole words) in a retrieved document.
+
+    DeepRetrieval's idea (reward the retriever when what it found holds the answer): unlike
+    `gold_recall` it needs no gold passage ids, and it credits the passage that *answers* a
+    multi-hop question, not only the first hop's. Yes/no questions score 0.0 (every passage
+    holds "yes" or "no" somewhere, so there is no signal). Reads the search turns' observations.
+
+    >>> from ragrl.rollout.trajectory import Trajectory, Turn
+    >>> t = Trajectory("q1", "Who directed Jaws?", ["Steven Spielberg"], [], [], [], 0,
+    ...                turns=[Turn("Jaws", "search", observation="Jaws. A 1975 film by Steven Spielberg.")])
+    >>> answer_in_docs_reward(t, {"answers": ["Steven Spielberg"]})
+    1.0
+    >>> answer_in_docs_reward(t, {"answers": ["George Lucas"]})
+    0.0
+    """
+    if not isinstance(completion, Trajectory):
+        raise RagrlError("answer_in_docs needs a Trajectory (text alone does not say which part was retrieved)")
+    golds = golds_of(completion, sample)
+    if not golds or is_yes_no(golds):
+        return 0.0
+    return answer_in([t.observation for t in completion.turns if t.kind == "search"], golds)
 
 
 def r1_searcher_stage1_reward(completion, sample=None, protocol: str | Protocol | None = None) -> float:

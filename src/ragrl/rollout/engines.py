@@ -1,26 +1,77 @@
-"""Pick a generation engine: the HF one everywhere, vLLM where it can run."""
+"""Pick a generation engine (`model.engine`): the HF one everywhere, vLLM on a CUDA GPU.
+
+    require_engine("vllm")                          # ConfigError naming what is missing, before any work
+    engine = make_engine("vllm", module, tok)       # a trained module: vLLM follows its weights
+
+`hf` rolls out with the very module being trained, so there is nothing to sync. `vllm` keeps its
+own copy: `TrainingVLLMEngine` pushes the merged weights (LoRA included) into it before a
+generation whenever a trained parameter changed since the last push (an RL update, an SFT warm
+start, a checkpoint restored on resume).
+"""
 from __future__ import annotations
+
+import importlib.util
 
 from ragrl.errors import ConfigError
 
+ENGINES = ("hf", "vllm")
 
-def make_engine(kind: str, model, tokenizer, **kwargs):
-    """An `Engine` of `kind` "hf", "vllm" or "auto" (vLLM only when importable and CUDA is up).
 
-    For vLLM, `model` may be a name/path, or an HF module: vLLM then loads the module's
-    `name_or_path` and receives the module's current weights.
+def require_engine(kind: str, setting: str = "model.engine") -> None:
+    """Raise a ConfigError naming `setting` when `kind` cannot run on this machine."""
+    if kind not in ENGINES:
+        raise ConfigError(f"{setting}: {kind!r} is not one of {', '.join(ENGINES)}")
+    if kind == "vllm":
+        import torch
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError(f"{setting}=vllm: vllm is not installed (pip install 'ragrl[vllm]'); "
+                              f"use {setting}=hf")
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{setting}=vllm: no CUDA GPU is visible (vLLM runs on a GPU); use {setting}=hf")
+
+
+def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, **kwargs):
+    """An `Engine` of `kind`. `model`: an HF module, or (vllm) a name or path.
+
+    For vLLM with a module, the engine follows the module's weights (see `TrainingVLLMEngine`).
     """
     from ragrl.rollout.hf_engine import HFEngine
-    from ragrl.rollout.vllm_engine import VLLMEngine, vllm_available
 
-    if kind not in ("hf", "vllm", "auto"):
-        raise ConfigError(f"unknown engine kind {kind!r}; use 'hf', 'vllm' or 'auto'")
-    if kind == "hf" or (kind == "auto" and not vllm_available()):
+    require_engine(kind)
+    if kind == "hf":
         if isinstance(model, str):
-            return HFEngine.from_name(model, **kwargs)
-        return HFEngine(model, tokenizer, **kwargs)
+            return HFEngine.from_name(model, max_batch_size=max_batch_size, **kwargs)
+        return HFEngine(model, tokenizer, max_batch_size=max_batch_size, **kwargs)
+    from ragrl.rollout.vllm_engine import VLLMEngine
+
     if isinstance(model, str):
-        return VLLMEngine(model, tokenizer, **kwargs)
-    engine = VLLMEngine(model.name_or_path, tokenizer, **kwargs)
-    engine.load_weights(model.state_dict().items())
-    return engine
+        return VLLMEngine(model, tokenizer, max_num_seqs=max_batch_size, **kwargs)
+    return TrainingVLLMEngine(model, tokenizer, max_num_seqs=max_batch_size, **kwargs)
+
+
+class TrainingVLLMEngine:
+    """vLLM serving a module that is being trained: weights pushed when they changed."""
+
+    def __init__(self, module, tokenizer, **kwargs):
+        from ragrl.models.merge import ParamVersions
+        from ragrl.rollout.vllm_engine import VLLMEngine
+
+        name = module.name_or_path   # a PeftModel forwards it to the base model
+        self.module, self.versions = module, ParamVersions(module)
+        self.inner = VLLMEngine(name, tokenizer, **kwargs)
+        self.tokenizer = tokenizer
+
+    def sync(self) -> None:
+        from ragrl.models.merge import merged_weights
+
+        if self.versions.stale():
+            self.inner.load_weights(merged_weights(self.module))
+            self.versions.mark_synced()
+
+    def generate(self, prompts, params):
+        self.sync()
+        return self.inner.generate(prompts, params)
+
+    def __getattr__(self, name):   # tokenizer ids and the like: the inner engine's
+        return getattr(self.inner, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ragrl.errors import ConfigError, RagrlError
+from ragrl.rollout.engines import require_engine
 from ragrl.train.config import TrainConfig
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
@@ -18,6 +19,18 @@ def check_combinations(cfg: TrainConfig) -> None:
     if a.kl_in_reward and a.kl_coef > 0 and a.estimator in GROUP_ESTIMATORS:
         raise ConfigError(f"algo.kl_in_reward: the {a.estimator} estimator reads only the outcome score, so a KL "
                           f"penalty in the token rewards would do nothing; set algo.kl_in_reward=false (KL in the loss)")
+    if a.estimator != "gae":
+        given = [k for k in ("value_coef", "value_clip") if getattr(a, k) is not None]
+        if given:
+            raise ConfigError(f"algo.{given[0]}: the {a.estimator} estimator has no critic, so there is no value "
+                              "loss to weigh or clip; drop it or use algo.estimator=gae")
+    elif a.critic[0] <= 0:
+        raise ConfigError("algo.value_coef: gae reads its critic's values, and value_coef 0 would leave the critic "
+                          "at its random start; set value_coef > 0")
+    require_engine(cfg.model.engine)
+    if cfg.model.engine == "vllm" and cfg.shard_params:
+        raise ConfigError("model.engine=vllm holds the whole model on one GPU to generate; it cannot follow "
+                          "FSDP-sharded weights: set shard_params=false or model.engine=hf")
     if a.kl_target is not None and a.kl_coef <= 0:
         raise ConfigError("algo.kl_target adapts algo.kl_coef, which is 0: set algo.kl_coef > 0 or drop kl_target")
     if cfg.model.init_adapter and not (Path(cfg.model.init_adapter) / "adapter_config.json").is_file():
@@ -34,9 +47,33 @@ def check_combinations(cfg: TrainConfig) -> None:
             if reading:
                 raise ConfigError(f"reward {', '.join(reading)} (from step {start}) scores an answer, but "
                                   "retriever.generator is null: no answer is generated; set a generator or use "
-                                  "gold_recall")
+                                  "gold_recall or answer_in_docs")
+    check_index_matches_corpus(cfg)
     if cfg.policy == "retriever" and cfg.shard_params:
         raise ConfigError("shard_params: a retriever policy cannot be sharded with FSDP; set shard_params=false")
+
+
+def check_index_matches_corpus(cfg: TrainConfig) -> None:
+    """data.index and data.corpus both set: the index must have been built over that corpus (SFT
+    builders read passages from data.corpus, the rollouts search data.index). A URL is not checked."""
+    import json
+
+    from ragrl.paths import resolve_kit
+    from ragrl.retrieval.corpus import file_sha256
+
+    spec = cfg.data.index
+    if not spec or "://" in spec or not cfg.data.corpus:
+        return
+    folder = resolve_kit(spec)
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"data.index: {spec} is not a readable index folder ({error})") from None
+    corpus = resolve_kit(cfg.data.corpus)
+    if manifest.get("corpus_sha256") != file_sha256(corpus):
+        raise ConfigError(f"data.index: {spec} was built over {manifest.get('corpus_path', 'another corpus')}, "
+                          f"whose contents differ from data.corpus ({corpus}): rebuild the index from "
+                          "data.corpus, or point data.corpus at the index's corpus")
 
 
 def check_everything(cfg: TrainConfig) -> list[str]:

@@ -21,9 +21,10 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
     lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    # The rollout engine. Training rolls out with the module it trains (no weight sync), which only
-    # the HF engine can do; vLLM serves evaluation (`ragrl eval`) where it is installed.
-    engine: Literal["hf"] = "hf"
+    # The rollout engine, for training, evaluation and the quickstart. hf: generate with the very
+    # module being trained (no sync). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
+    # that receives the merged weights whenever a trained parameter changed.
+    engine: Literal["hf", "vllm"] = "hf"
     # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
     # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"   # auto: bf16 where native
@@ -60,11 +61,20 @@ class AlgoConfig:
     gamma: float = 1.0
     lam: float = 1.0
     entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    value_clip: float = 0.2
+    # The critic's loss (estimator gae only: the others have no critic, so setting these with them
+    # is refused rather than ignored). None: 0.5 and 0.2.
+    value_coef: float | None = None
+    value_clip: float | None = None
     ppo_epochs: int = 1
     minibatch_size: int = 8               # trajectories per optimizer step
     micro_batch_size: int = 4             # trajectories per forward/backward (gradient accumulation)
+
+
+    @property
+    def critic(self) -> tuple[float, float]:
+        """(value_coef, value_clip) with the defaults filled in."""
+        return (0.5 if self.value_coef is None else self.value_coef,
+                0.2 if self.value_clip is None else self.value_clip)
 
 
 @dataclass

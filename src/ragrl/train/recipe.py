@@ -95,7 +95,7 @@ def smartrag_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
     from ragrl.agents.registry import get_protocol
     from ragrl.paths import resolve_kit, DEMO_CORPUS
     from ragrl.retrieval.corpus import load_corpus
-    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.rollout.engines import make_engine
     from ragrl.train.sft_smartrag import closed_book_right, smartrag_targets
 
     samples = load_questions(cfg.data.train)
@@ -106,7 +106,7 @@ def smartrag_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
     passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
                 if (i := corpus.row(pid)) is not None}
     model.eval()
-    known = closed_book_right(HFEngine(model, tok, max_batch_size=cfg.model.max_batch_size), samples, cfg.seed)
+    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size), samples, cfg.seed)
     trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
                                      cfg.rollout, cfg.seed)
     log.info("SmartRAG SFT: %d answer directly (right closed-book), %d search, %d dropped (answer not in "

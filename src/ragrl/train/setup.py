@@ -6,7 +6,8 @@
     setup.evaluate(samples, seed)   # greedy / deterministic held-out metrics (percent, 95% CIs)
     setup.export(run_dir, state)    # the artifact a later stage or `ragrl eval` loads
 
-`lm`: the causal LM acts and is trained; it rolls out with itself (no weight sync).
+`lm`: the causal LM acts and is trained; it rolls out with itself (`model.engine: hf`, no weight
+sync) or with a vLLM copy that follows its weights (`vllm`).
 `retriever` (HARR): the query encoder is trained; a frozen generator (or none) acts, and
 every search it makes is a Plackett–Luce draw from the encoder's candidate pool.
 A new kind of policy is a new builder in SETUPS, not a branch in the trainer.
@@ -50,7 +51,7 @@ def build_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup
 def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     from ragrl.agents.registry import get_protocol
     from ragrl.policy.lm import LMPolicy
-    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.rollout.engines import make_engine
     from ragrl.rollout.runners import run_agent
     from ragrl.train.policy import build_policy
 
@@ -65,7 +66,7 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     def engine():
         # Built on first use: FSDP swaps weights for shards in place first, the engine keeps the module.
         if "engine" not in holder:
-            holder["engine"] = HFEngine(model, tok, max_batch_size=cfg.model.max_batch_size)
+            holder["engine"] = make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size)
         return holder["engine"]
 
     def rollout(samples, rcfg, group_offset):
@@ -195,7 +196,7 @@ def cached_dense_index(corpus: str | None, vectors: str, encoder: str) -> Path:
 def _frozen_generator(cfg: TrainConfig):
     """The generator LM (no LoRA training, no value head), optionally with a trained adapter."""
     from ragrl.agents.registry import get_protocol
-    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.rollout.engines import make_engine
     from ragrl.train.policy import build_policy
 
     mcfg = replace(cfg.model, name=cfg.retriever.generator, lora=bool(cfg.retriever.generator_adapter),
@@ -203,7 +204,7 @@ def _frozen_generator(cfg: TrainConfig):
     model, tok, _ = build_policy(mcfg)
     model.requires_grad_(False)
     model.eval()
-    return HFEngine(model, tok, max_batch_size=cfg.model.max_batch_size), get_protocol(cfg.agent)
+    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size), get_protocol(cfg.agent)
 
 
 SETUPS: dict[str, Callable[..., Setup]] = {"lm": lm_setup, "retriever": retriever_setup}

@@ -343,9 +343,9 @@ class Trainer:
 
 
 def make_train_engine(cfg: TrainConfig, model, tok):
-    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.rollout.engines import make_engine
 
-    return HFEngine(model, tok, max_batch_size=cfg.model.max_batch_size)
+    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size)
 
 
 def default_retriever(cfg: TrainConfig):

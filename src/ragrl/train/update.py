@@ -145,8 +145,9 @@ def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConf
         loss = loss - cfg.entropy_coef * ent
         st["entropy"] = float(ent.detach())
     if policy.has_values:
-        vl, vst = value_loss(out["values"], prep.old_values[idx][:, :L], ret, mask, cfg.value_clip, agg)
-        loss = loss + cfg.value_coef * vl
+        value_coef, value_clip = cfg.critic
+        vl, vst = value_loss(out["values"], prep.old_values[idx][:, :L], ret, mask, value_clip, agg)
+        loss = loss + value_coef * vl
         st.update(vst, value_loss=float(vl.detach()))
     (loss * share).backward()
     st["loss"] = float(loss.detach())
