@@ -71,7 +71,8 @@ def main() -> None:
 
     result["curve"].append({"step": 0, **{f"{n}/{k}": v for n, m in evaluate(dense.search).items() for k, v in m.items()}})
     metrics = {r["step"] + 1: r for r in read_metrics(run_dir) if "eval/recall" in r}
-    encoder = QueryEncoder(cfg.retriever.encoder)
+    rc = cfg.retriever   # the checkpoints hold the trained module as it was: LoRA layers included
+    encoder = QueryEncoder(rc.encoder, lora=rc.lora, lora_r=rc.lora_r, lora_alpha=rc.lora_alpha)
     sampler = StochasticRetriever(dense, encoder)
     for ck in sorted((run_dir / "checkpoints").glob("step_*")):
         load_checkpoint(ck, model=encoder, restore_rng=False)
