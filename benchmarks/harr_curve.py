@@ -34,7 +34,7 @@ def main() -> None:
 
     from ragrl.datasets import load_questions
     from ragrl.eval.plots import line_plot
-    from ragrl.eval.retrieval import compare_retrievers, retrieval_eval
+    from ragrl.eval.retrieval import by_question_kind, compare_retrievers, retrieval_eval
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.retrieval.stochastic import StochasticRetriever
     from ragrl.train.checkpoint import load_checkpoint
@@ -88,6 +88,7 @@ def main() -> None:
     result["final"] = {}
     for name, qs in tests.items():
         comp = compare_retrievers({"base": dense.search, "rl": kept.search}, qs, cfg.rollout.topk, baseline="base")
+        comp["recall_by_kind"] = by_question_kind(qs, comp["base"]["per_question"], comp["rl"]["per_question"])
         for k in ("base", "rl"):
             comp[k].pop("per_question")
         result["final"][name] = comp

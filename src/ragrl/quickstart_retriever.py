@@ -70,7 +70,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                              minutes: float | None = 27.0, downstream_n: int = 100,
                              test_sets: dict[str, str] | None = None) -> dict:
     from ragrl.eval.plots import line_plot
-    from ragrl.eval.retrieval import compare_retrievers, format_comparison
+    from ragrl.eval.retrieval import by_question_kind, compare_retrievers, format_comparison
     from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.quickstart import fresh_run_config
@@ -153,6 +153,11 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                   f"gold passage recall rose on {ch['recall']['gained']} and fell on {ch['recall']['lost']}"
                   + (f"; answer@{cfg.rollout.topk} gained {ch['answer_at_k']['gained']}, lost {ch['answer_at_k']['lost']}."
                      if "answer_at_k" in ch else "."))
+        kinds = by_question_kind(qs, pq_base, pq_rl)
+        report["sets"][name]["recall_by_kind"] = kinds
+        if len(kinds) > 1:
+            md.append(f"By question kind, gold recall@{cfg.rollout.topk} base → RL: " + "; ".join(
+                f"{k['kind']} (n={k['n']}) {k['base']:.1f} → {k['new']:.1f}" for k in kinds) + ".")
         md += ["", f"Naive RAG with the frozen generator on the first {len(ids)} ({changed} re-generated):", "",
                "| metric | base encoder | RL encoder | Δ [95% CI], p |", "|---|---|---|---|"]
         for key in ("em", "f1"):

@@ -9,6 +9,7 @@ k passages' title + text; yes/no questions are left out of it, since "yes" is in
 """
 from __future__ import annotations
 
+import re
 import time
 
 from ragrl.eval.stats import bootstrap_ci
@@ -76,6 +77,34 @@ def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: st
             out["changed"][name][key] = {"gained": sum(mine[q][key] > base[q][key] for q in ids),
                                          "lost": sum(mine[q][key] < base[q][key] for q in ids)}
     return out
+
+
+def question_kind(q: dict) -> str:
+    """The question's type where the data has one (HotpotQA: bridge / comparison; MuSiQue: 2hop…),
+    else yes/no or other, from the gold answers.
+
+    >>> question_kind({"type": "bridge", "answers": ["x"]}), question_kind({"id": "3hop1__9", "answers": ["x"]})
+    ('bridge', '3hop')
+    >>> question_kind({"answers": ["yes"]})
+    'yes/no'
+    """
+    if q.get("type"):
+        return str(q["type"])
+    hop = re.match(r"(\d)hop\d*__", str(q.get("id", "")))   # MuSiQue ids: 2hop__…, 3hop1__…
+    if hop:
+        return f"{hop.group(1)}hop"
+    return "yes/no" if is_yes_no(q.get("answers") or []) else "other"
+
+
+def by_question_kind(samples: list[dict], base_rows: dict, new_rows: dict, key: str = "recall") -> list[dict]:
+    """Per question kind: n and the mean `key` (percent) of two retrievers' per-question rows."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for q in samples:
+        b, n = base_rows.get(str(q["id"]), {}), new_rows.get(str(q["id"]), {})
+        if key in b and key in n:
+            groups.setdefault(question_kind(q), []).append((b[key], n[key]))
+    return [{"kind": kind, "n": len(v), "base": 100 * sum(x for x, _ in v) / len(v),
+             "new": 100 * sum(y for _, y in v) / len(v)} for kind, v in sorted(groups.items())]
 
 
 def format_comparison(result: dict, names: list[str], baseline: str, title: str = "") -> str:

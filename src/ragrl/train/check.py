@@ -54,15 +54,16 @@ def check_combinations(cfg: TrainConfig) -> None:
 
 
 def check_index_matches_corpus(cfg: TrainConfig) -> None:
-    """data.index and data.corpus both set: the index must have been built over that corpus (SFT
-    builders read passages from data.corpus, the rollouts search data.index). A URL is not checked."""
+    """A warm start reads gold passages from data.corpus while the rollouts search data.index: the
+    index must have been built over that corpus. (Without SFT, data.corpus only says what to index
+    when data.index is null, so overriding data.index alone stays possible.) A URL is not checked."""
     import json
 
     from ragrl.paths import resolve_kit
     from ragrl.retrieval.corpus import file_sha256
 
     spec = cfg.data.index
-    if not spec or "://" in spec or not cfg.data.corpus:
+    if not spec or "://" in spec or not cfg.data.corpus or cfg.policy != "lm" or cfg.sft.steps <= 0:
         return
     folder = resolve_kit(spec)
     try:

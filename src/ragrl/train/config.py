@@ -38,7 +38,9 @@ class DataConfig:
     train: str = "demo-train"             # question file (train split only)
     eval: str = "demo-eval"               # held-out questions for periodic evaluation
     index: str | None = None              # index dir or http:// URL; None: BM25 over `corpus`
-    corpus: str | None = None             # None: the bundled demo corpus; `kit:…` a data-kit file
+    # What is indexed when `index` is null (None: the bundled demo corpus; `kit:…` a data-kit file),
+    # and where SFT warm starts read gold passages (then it must be the index's corpus: checked).
+    corpus: str | None = None
     # Precomputed passage vectors of `corpus` (.npy): with no `index`, a dense index over them is
     # built once and cached in $RAGRL_HOME (checked against the corpus and the encoder).
     vectors: str | None = None
