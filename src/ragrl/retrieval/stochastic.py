@@ -118,8 +118,12 @@ class StochasticRetriever:
             return out
         k = min(int(k), self.pool)
         texts = [self.text(requests[i]) for i in todo]
-        vectors = self._vectors(texts)
-        _, rows = self.index.index.search(vectors, self.pool)                  # [n, M] corpus rows
+        # A GRPO group asks the same text n times: embed and search each distinct text once.
+        slot = {t: i for i, t in enumerate(dict.fromkeys(texts))}
+        where = np.array([slot[t] for t in texts])
+        uniq_vectors = self._vectors(list(slot))
+        _, uniq_rows = self.index.index.search(uniq_vectors, self.pool)        # [u, M] corpus rows
+        vectors, rows = uniq_vectors[where], uniq_rows[where]                  # [n, d], [n, M]
         rows_t = torch.from_numpy(rows.astype(np.int64))
         # Scores recomputed the way the trainer will (q · e in float32), not faiss's own.
         scores = torch.einsum("nd,nmd->nm", torch.from_numpy(vectors), self.embeddings[rows_t])
