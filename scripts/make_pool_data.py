@@ -12,7 +12,17 @@ split off the dev sets for training (disjoint from every eval/ file). Determinis
   to stop;
 - `smartrag_train.jsonl.gz` / `smartrag_dev.jsonl.gz`: PopQA pool questions (long-tail factoid
   questions, where retrieval pays most; 400 / 100 held apart) mixed with as many HotpotQA
-  dev-pool questions from pool_train / pool_dev (questions the model may or may not know).
+  dev-pool questions from pool_train / pool_dev (questions the model may or may not know);
+- `multihop_train.jsonl.gz` / `multihop_dev.jsonl.gz` (the retriever's questions): every pool
+  question with evidence passages in the corpus, from the three multi-hop families the held-out
+  sets have. Train: the HotpotQA dev-pool questions of pool_train, the 100 HotpotQA-train
+  questions of `multihop_train_with_context`, and 2Wiki dev-pool questions. Dev (held apart, to
+  choose settings and checkpoints on every family the evaluation has): pool_dev's 200 HotpotQA
+  questions, the 100 MuSiQue-train questions of `multihop_train_with_context` (the only MuSiQue
+  questions with gold passages outside eval/) and 137 2Wiki dev-pool questions. 2Wiki has no
+  official supporting passages here: its rows take the kit's `evidence_passage_ids_heuristic`
+  (the entity's passage and the nearby passage holding the answer) as `gold_passage_ids`, marked
+  `"gold_source": "heuristic_evidence"`.
 No eval/ question is in any file.
 """
 from __future__ import annotations
@@ -24,11 +34,15 @@ import random
 import sys
 from pathlib import Path
 
+from ragrl.datasets import with_heuristic_gold
+
 SHARED = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data")
 OUT = Path(__file__).resolve().parents[1] / "src" / "ragrl" / "data"
 N_DEV = 200
+N_WIKI_DEV = 137
 KEEP = ("id", "question", "answers", "dataset", "split", "type", "level", "supporting_titles",
-        "gold_passage_ids", "context_passage_ids")
+        "gold_passage_ids", "context_passage_ids", "gold_source")
+
 
 
 def read(path: Path) -> list[dict]:
@@ -67,8 +81,20 @@ def main() -> None:
         raise SystemExit(f"{len(bad)} popqa pool questions are also eval questions: {bad[:5]}")
     write(s_train, OUT / "smartrag_train.jsonl.gz")
     write(s_dev, OUT / "smartrag_dev.jsonl.gz")
+    wiki = [r for r in with_heuristic_gold(read(SHARED / "train" / "2wikimultihopqa_dev_pool.jsonl.gz"))
+            if r.get("gold_passage_ids")]
+    random.Random(5).shuffle(wiki)
+    musique = [r for r in extra if r["dataset"] == "musique"]
+    m_train = pool[N_DEV:] + [r for r in extra if r["dataset"] != "musique"] + wiki[N_WIKI_DEV:]
+    m_dev = dev + musique + wiki[:N_WIKI_DEV]
+    bad = [r["id"] for r in m_train + m_dev if r["question"].strip().lower() in eval_texts]
+    if bad or {r["id"] for r in m_train} & {r["id"] for r in m_dev}:
+        raise SystemExit(f"multihop split: eval questions or a train/dev overlap: {bad[:5]}")
+    write(m_train, OUT / "multihop_train.jsonl.gz")
+    write(m_dev, OUT / "multihop_dev.jsonl.gz")
     print(f"pool_train: {len(train)} questions, pool_dev: {len(dev)} (held apart); smartrag_train: "
-          f"{len(s_train)}, smartrag_dev: {len(s_dev)} -> {OUT}")
+          f"{len(s_train)}, smartrag_dev: {len(s_dev)}; multihop_train: {len(m_train)}, multihop_dev: "
+          f"{len(m_dev)} -> {OUT}")
 
 
 if __name__ == "__main__":

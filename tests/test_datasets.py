@@ -103,3 +103,37 @@ def test_search_r1_parquet_and_a_saved_dataset_load(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     with pytest.raises(RagrlError, match="bad.parquet: not a readable .parquet file"):
         load_questions(tmp_path / "bad.parquet")
+
+
+def test_multihop_splits_hold_apart_every_family_and_mark_heuristic_evidence():
+    """The retriever's train / held-apart splits: disjoint, every row has evidence ids, 2Wiki's
+    evidence is marked heuristic, and the held-apart split has each family the evaluation has."""
+    from collections import Counter
+
+    from ragrl.rewards.qa import normalize_answer
+
+    train, dev = load_questions("multihop-train"), load_questions("multihop-dev")
+    assert not {q["id"] for q in train} & {q["id"] for q in dev}
+    assert not {normalize_answer(q["question"]) for q in train} & {normalize_answer(q["question"]) for q in dev}
+    assert all(q.get("gold_passage_ids") for q in train + dev)
+    assert all((q.get("gold_source") == "heuristic_evidence") == (q["dataset"] == "2wikimultihopqa") for q in train + dev)
+    assert Counter(q["dataset"] for q in dev) == {"hotpotqa": 200, "musique": 100, "2wikimultihopqa": 137}
+    assert not any(q["dataset"] == "musique" for q in train)   # MuSiQue's only gold rows are held apart
+    assert {q["id"] for q in load_questions("pool-dev")} <= {q["id"] for q in dev}
+
+
+def test_multihop_splits_share_no_question_with_the_kits_eval_files():
+    from ragrl.datasets import with_heuristic_gold
+    from ragrl.errors import RagrlError
+    from ragrl.paths import data_kit
+    from ragrl.rewards.qa import normalize_answer
+
+    try:
+        kit = data_kit()
+    except RagrlError:
+        pytest.skip("the data kit (shared/data) is not on this machine")
+    held_out = {normalize_answer(q["question"]) for p in (kit / "eval").glob("*.jsonl.gz") for q in load_questions(p)}
+    mine = load_questions("multihop-train") + load_questions("multihop-dev")
+    assert not {normalize_answer(q["question"]) for q in mine} & held_out
+    wiki = with_heuristic_gold(load_questions(kit / "eval" / "2wikimultihopqa_dev.jsonl.gz"))
+    assert all(q["gold_source"] == "heuristic_evidence" and q["gold_passage_ids"] for q in wiki)

@@ -6,15 +6,17 @@ from pathlib import Path
 
 from ragrl.errors import RagrlError
 from ragrl.jsonl import iter_json_objects
-from ragrl.paths import DEMO_EVAL, DEMO_TRAIN, POOL_DEV, POOL_TRAIN, SMARTRAG_DEV, SMARTRAG_TRAIN, resolve_kit
+from ragrl.paths import (DEMO_EVAL, DEMO_TRAIN, MULTIHOP_DEV, MULTIHOP_TRAIN, POOL_DEV, POOL_TRAIN, SMARTRAG_DEV,
+                         SMARTRAG_TRAIN, resolve_kit)
 
 ALIASES = {"demo-train": DEMO_TRAIN, "demo-eval": DEMO_EVAL, "pool-train": POOL_TRAIN, "pool-dev": POOL_DEV,
-           "smartrag-train": SMARTRAG_TRAIN, "smartrag-dev": SMARTRAG_DEV}
+           "smartrag-train": SMARTRAG_TRAIN, "smartrag-dev": SMARTRAG_DEV,
+           "multihop-train": MULTIHOP_TRAIN, "multihop-dev": MULTIHOP_DEV}
 
 
 def resolve_data(path: str | Path) -> Path:
-    """`demo-train` / `demo-eval` / `pool-train` / `pool-dev` / `smartrag-train` / `smartrag-dev`
-    name the bundled splits; `kit:eval/…`
+    """`demo-train` / `demo-eval` / `pool-train` / `pool-dev` / `smartrag-train` / `smartrag-dev` /
+    `multihop-train` / `multihop-dev` name the bundled splits; `kit:eval/…`
     a file of the data kit (ragrl.paths.data_kit); anything else is a file path."""
     p = ALIASES.get(str(path)) or resolve_kit(path)
     if not Path(p).exists():
@@ -50,6 +52,19 @@ def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
     if not rows:
         raise RagrlError(f"{p}: no questions")
     return rows
+
+
+def with_heuristic_gold(rows: list[dict]) -> list[dict]:
+    """Rows with no `gold_passage_ids` but the kit's `evidence_passage_ids_heuristic` (2Wiki: the
+    entity's passage and the nearby passage that holds the answer) take those as gold passages,
+    marked `"gold_source": "heuristic_evidence"`, so recall over them is never mistaken for recall
+    of official supporting passages. Other rows are returned unchanged.
+
+    >>> with_heuristic_gold([{"id": "a", "evidence_passage_ids_heuristic": ["p1", "p2"]}, {"id": "b"}])
+    [{'id': 'a', 'evidence_passage_ids_heuristic': ['p1', 'p2'], 'gold_passage_ids': ['p1', 'p2'], 'gold_source': 'heuristic_evidence'}, {'id': 'b'}]
+    """
+    return [dict(r, gold_passage_ids=list(r["evidence_passage_ids_heuristic"]), gold_source="heuristic_evidence")
+            if not r.get("gold_passage_ids") and r.get("evidence_passage_ids_heuristic") else r for r in rows]
 
 
 def _rows(p: Path):

@@ -12,6 +12,8 @@ POOL_TRAIN = DATA_DIR / "pool_train.jsonl.gz"   # scripts/make_pool_data.py: dev
 POOL_DEV = DATA_DIR / "pool_dev.jsonl.gz"       # 200 of them held apart, to choose settings on
 SMARTRAG_TRAIN = DATA_DIR / "smartrag_train.jsonl.gz"   # PopQA + HotpotQA dev-pool questions
 SMARTRAG_DEV = DATA_DIR / "smartrag_dev.jsonl.gz"       # 200 of them held apart
+MULTIHOP_TRAIN = DATA_DIR / "multihop_train.jsonl.gz"   # HotpotQA + 2Wiki pool questions with evidence ids
+MULTIHOP_DEV = DATA_DIR / "multihop_dev.jsonl.gz"       # HotpotQA / MuSiQue-train / 2Wiki held apart
 KIT_PREFIX = "kit:"
 
 

@@ -15,6 +15,19 @@ import time
 from ragrl.eval.stats import bootstrap_ci
 from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
 
+# The held-out multi-hop sets whose evidence passages are in the data kit's corpus. 2Wiki's
+# evidence is the kit's heuristic (`with_heuristic_gold`); reports say so.
+HELD_OUT_SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz",
+                 "2wikimultihopqa_dev": "kit:eval/2wikimultihopqa_dev.jsonl.gz"}
+
+
+def load_held_out(sets: dict[str, str] | None = None) -> dict[str, list[dict]]:
+    """{name: questions} of `sets` (default HELD_OUT_SETS), heuristic evidence as gold where the
+    rows have no gold passages."""
+    from ragrl.datasets import load_questions, with_heuristic_gold
+
+    return {name: with_heuristic_gold(load_questions(path)) for name, path in (sets or HELD_OUT_SETS).items()}
+
 
 def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
     """The share of `gold_ids` among `hit_ids` (0.0 without gold ids).
