@@ -38,6 +38,11 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "(no adapter_config.json)")
     if cfg.model.init_adapter and not cfg.model.lora:
         raise ConfigError("model.init_adapter needs model.lora=true (it starts a LoRA adapter from that folder)")
+    if not 0.0 <= cfg.ema_decay < 1.0:
+        raise ConfigError(f"ema_decay must be in [0, 1) (0: no weight averaging), got {cfg.ema_decay}")
+    if cfg.ema_decay and cfg.shard_params:
+        raise ConfigError("ema_decay: weight averaging of FSDP-sharded parameters is not supported; "
+                          "set ema_decay=0 or shard_params=false")
     if cfg.keep_best and not cfg.eval_every:
         raise ConfigError("keep_best needs eval_every > 0: the best policy is chosen at the periodic evaluations")
     if cfg.policy == "retriever" and not cfg.retriever.generator:

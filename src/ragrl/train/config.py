@@ -147,6 +147,9 @@ class TrainConfig:
     # apart from the training questions) as run_dir/best_<adapter|encoder> (+ best.json): when to
     # stop is chosen on held-apart training questions, never on test questions.
     keep_best: str | None = None          # e.g. "recall" (retriever) or "f1" (agent)
+    # > 0: evaluate, keep as best and export an exponential moving average of the trained weights
+    # (avg = decay * avg + (1 - decay) * weights after every step); rollouts use the online weights.
+    ema_decay: float = 0.0
     reward: dict = field(default_factory=lambda: {"f1": 1.0})
     reward_schedule: list = field(default_factory=list)  # [[from_step, spec], ...] overrides `reward`
     model: ModelConfig = field(default_factory=ModelConfig)

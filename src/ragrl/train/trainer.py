@@ -100,6 +100,13 @@ class Trainer:
         if self.sharded:
             log.info("optimizer state sharded over %d ranks (ZeRO-1)", self.world)
         self.scheduler = make_scheduler(self.optimizer, cfg)
+        self.ema = None
+        if cfg.ema_decay:
+            if self.params_sharded:
+                raise ConfigError("ema_decay: weight averaging of FSDP-sharded parameters is not supported; "
+                                  "set ema_decay=0 or shard_params=false")
+            from ragrl.train.averaging import WeightAverage
+            self.ema = WeightAverage(self.model, cfg.ema_decay)
         self.kl = make_kl_controller(cfg.algo.kl_coef, cfg.algo.kl_target, cfg.algo.kl_horizon,
                                      cfg.algo.kl_controller)
         schedule = cfg.reward_schedule or [[0, cfg.reward]]
@@ -162,7 +169,8 @@ class Trainer:
         from ragrl.eval.plots import line_plot
         from ragrl.train.run_dir import read_metrics
 
-        self.setup.export(self.run_dir / f"final_{self.setup.artifact}", state)
+        with self._averaged():
+            self.setup.export(self.run_dir / f"final_{self.setup.artifact}", state)
         rows = read_metrics(self.run_dir)
         if rows:
             keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len"]
@@ -184,7 +192,8 @@ class Trainer:
         if best is not None and best["step"] <= self.step and row[key] <= best["value"]:
             return
         if self.rank == 0:
-            self.setup.export(self.run_dir / f"best_{self.setup.artifact}", state)
+            with self._averaged():
+                self.setup.export(self.run_dir / f"best_{self.setup.artifact}", state)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"metric": self.cfg.keep_best, "value": row[key], "step": self.step + 1}))
             tmp.rename(path)
@@ -258,6 +267,8 @@ class Trainer:
         g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
         ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g)
         self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update(self.model)
         if "kl_ref" in prep.stats:
             self.kl.update(prep.stats["kl_ref"], len(trajs) * self.world)  # kl_ref is all-rank already
         self.policy.eval()
@@ -281,8 +292,13 @@ class Trainer:
         evaluations (e.g. before and after RL) can be compared with a paired bootstrap."""
         samples = load_questions(self.cfg.data.eval, limit=self.cfg.data.eval_n)
         self.policy.eval()
-        with full_params(self.model):
+        with full_params(self.model), self._averaged():
             return self.setup.evaluate(samples, self.cfg.seed, per_question)
+
+    def _averaged(self):
+        """The weights that are evaluated and exported: the moving average with `ema_decay`."""
+        import contextlib
+        return self.ema.swapped_in(self.model) if self.ema is not None else contextlib.nullcontext()
 
     # ---------------------------------------------------------------- internals
     def _row(self, trajs, rstats, ustats, pstats, t_rollout, t_reward, t_update, t_total) -> dict:
@@ -315,7 +331,10 @@ class Trainer:
         return row
 
     def _extra_modules(self):
-        return self.policy.extra_modules()
+        mods = dict(self.policy.extra_modules() or {})
+        if self.ema is not None:
+            mods["weight_average"] = self.ema
+        return mods or None
 
     def _save(self) -> None:
         if self.sharded:   # a collective: every rank sends its shard of the state to rank 0
