@@ -81,6 +81,60 @@ def test_sampled_log_prob_is_what_the_policy_recomputes_and_ratio_starts_at_one(
     del g
 
 
+def test_a_group_embeds_its_text_once_and_still_draws_independently(kit):
+    class Counting:
+        def __init__(self, enc):
+            self.enc, self.texts = enc, []
+
+        def encode(self, texts):
+            self.texts += list(texts)
+            return self.enc.encode(texts)
+
+    enc = Counting(QueryEncoder("all-minilm-l6-v2"))
+    sampler = StochasticRetriever(kit["dense"], enc, pool=10, temperature=0.5)
+    qs = kit["questions"][:2]
+    trajs, _ = run_retrieval_episodes(sampler, qs, RolloutConfig(n=8, topk=3, seed=0))
+    assert sorted(enc.texts) == sorted(q["question"] for q in qs)      # 2 encodings, not 16
+    draws = {tuple(t.retrievals[0].sampled) for t in trajs if t.group == 0}
+    assert len(draws) > 1                                                # n draws, not one copied
+    # every draw's recorded log-prob is its own (the policy recomputes each one)
+    policy = RetrieverPolicy(enc.enc, sampler.embeddings, 0.5)
+    batch = collate_retrievals(trajs)
+    assert torch.allclose(policy.forward(batch)["logprobs"], batch.old_logprobs, atol=1e-4)
+
+
+def test_two_hop_episode_embeds_what_hop_one_found_and_never_draws_it_again(kit):
+    sampler = StochasticRetriever(kit["dense"], QueryEncoder("all-minilm-l6-v2"), pool=10, temperature=0.5)
+    qs = kit["questions"][:2]
+    trajs, _ = run_retrieval_episodes(sampler, qs, RolloutConfig(n=4, topk=3, seed=0), hops=2)
+    assert len(trajs) == 8 and all(len(t.retrievals) == 2 and t.num_searches == 2 for t in trajs)
+    for t in trajs:
+        first, second = t.retrievals
+        assert first.query_text == t.question                                  # hop 1: the plain question
+        assert second.query_text.startswith(f"Original Question: {t.question}\nHistory: ")
+        assert all(title in second.query_text for title in t.turns[0].passage_titles[0])
+        assert not set(first.candidate_rows[p] for p in first.sampled) & set(second.candidate_rows)
+        assert len(second.candidate_rows) == 10
+        assert len(set(t.retrieved_ids)) == 6
+    policy = RetrieverPolicy(sampler.encoder, sampler.embeddings, 0.5)
+    batch = collate_retrievals(trajs)
+    assert batch.action_mask.shape == (8, 2)
+    assert torch.allclose(policy.forward(batch)["logprobs"], batch.old_logprobs, atol=1e-4)
+
+
+def test_deterministic_hops_extend_top_k_with_passages_not_found_yet(kit):
+    enc = QueryEncoder("all-minilm-l6-v2")
+    with_history = StochasticRetriever(kit["dense"], enc, pool=10, temperature=0.05)
+    plain = StochasticRetriever(kit["dense"], enc, pool=10, temperature=0.05, history=False)
+    qs = [q["question"] for q in kit["questions"][:5]]
+    one, six = with_history.search(qs, 3), with_history.search(qs, 6)
+    hopped, flat = with_history.search_hops(qs, 3, 2), plain.search_hops(qs, 3, 2)
+    for a, h, f, s6 in zip(one, hopped, flat, six):
+        assert [x.id for x in h[:3]] == [x.id for x in a] and len({x.id for x in h}) == 6
+        assert [x.id for x in f] == [x.id for x in s6]     # no history: hop 2 is ranks 4-6 of the question
+    assert any([x.id for x in h] != [x.id for x in f] for h, f in zip(hopped, flat))
+
+
 def test_gradients_reach_the_encoder_and_never_the_passage_vectors(kit):
     encoder = QueryEncoder("all-minilm-l6-v2")
     sampler = StochasticRetriever(kit["dense"], encoder, pool=10, temperature=0.05)
@@ -208,13 +262,16 @@ def test_index_from_precomputed_vectors_is_checked_against_corpus_and_encoder(ki
 
 
 def test_killed_encoder_run_resumes_to_the_uninterrupted_metrics(kit, tmp_path):
-    """SIGKILL while checkpoint 4 is being written; --resume from step 2 replays steps 2-3 exactly."""
+    """SIGKILL while checkpoint 4 is being written; --resume from step 2 replays steps 2-3 exactly,
+    the weight average (ema_decay) included: the exported encoders are the same average."""
     import signal
     import time
 
+    from safetensors.torch import load_file
+
     sets = {"data.index": kit["index_dir"], "data.train": kit["root"] / "train.jsonl", "steps": 4,
             "save_every": 2, "questions_per_step": 4, "rollout.n": 4, "retriever.pool": 10, "eval_every": 0,
-            "keep_best": "null",
+            "keep_best": "null", "ema_decay": 0.5,
             "lr": 3e-4, "seed": 3}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
 
@@ -246,6 +303,11 @@ def test_killed_encoder_run_resumes_to_the_uninterrupted_metrics(kit, tmp_path):
     kept = json.loads((tmp_path / "killed" / "kept_questions.json").read_text())
     assert kept == json.loads((tmp_path / "clean" / "kept_questions.json").read_text())
     assert 0 < len(kept["kept"]) <= kept["total"] == N_QUESTIONS
+    exported = [load_file(tmp_path / run / "final_encoder" / "model.safetensors") for run in ("clean", "killed")]
+    online = load_file(tmp_path / "clean" / "checkpoints" / "step_000004" / "model.safetensors")
+    name = "encoder.layer.0.attention.self.query.weight"
+    assert torch.allclose(exported[0][name], exported[1][name], atol=1e-6)
+    assert not torch.allclose(exported[0][name], online[f"st.0.model.{name}"], atol=1e-6)   # the average, not the last step
 
 
 def test_retriever_quickstart_end_to_end_on_a_small_index(kit, tiny_model_dir, tmp_path, monkeypatch):
@@ -255,19 +317,24 @@ def test_retriever_quickstart_end_to_end_on_a_small_index(kit, tiny_model_dir, t
 
     monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
     questions = kit["questions"]
-    test = write_jsonl(tmp_path / "test.jsonl", questions[:6])
+    test = write_jsonl(tmp_path / "test.jsonl", questions[:3])
+    test2 = write_jsonl(tmp_path / "test2.jsonl", questions[3:6])
     train = write_jsonl(tmp_path / "train.jsonl", questions[6:])
     sets = [f"data.index={kit['index_dir']}", f"data.train={train}", f"data.eval={train}", "data.eval_n=6",
             f"model.name={tiny_model_dir}", "model.dtype=float32", "steps=4", "eval_every=2", "keep_best=recall",
             "questions_per_step=3", "retriever.pool=10", "lr=3e-4"]
-    report = run_retriever_quickstart(str(tmp_path / "qs"), sets, minutes=None, downstream_n=4,
-                                      test_sets={"small": str(test)})
+    report = run_retriever_quickstart(str(tmp_path / "qs"), sets, minutes=None, downstream_n=2,
+                                      test_sets={"small": str(test), "small2": str(test2)})
     small = report["sets"]["small"]
     assert set(small["retrieval"]["paired"]["RL encoder"]) == {"recall", "answer_at_k"}
-    assert small["downstream_n"] == 4 and 0 <= small["downstream_regenerated"] <= 4
+    assert small["downstream_n"] == 2 and 0 <= small["downstream_regenerated"] <= 2
+    # the primary endpoint pools every held-out question of every set
+    assert report["pooled"]["sets"] == ["small", "small2"] and report["pooled"]["base encoder"]["n"] == 6
+    assert set(report["pooled"]["paired"]["RL encoder"]) == {"recall", "answer_at_k"}
     assert report["settings"]["steps"] == 4 and report["settings"]["best"]["step"] in (2, 4)
     md = (tmp_path / "qs" / "before_after.md").read_text()
     assert "gold recall@3" in md and "RL encoder" in md and "Δ vs base encoder" in md
+    assert "all held-out questions, pooled (6: small, small2)" in md
     assert (tmp_path / "qs" / "training_curves.png").stat().st_size > 0
     assert (tmp_path / "qs" / "rl" / "best_encoder" / "modules.json").exists()
     trained_on = {r["id"] for r in map(json.loads, train.read_text().splitlines())}

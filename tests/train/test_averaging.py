@@ -34,11 +34,3 @@ def test_decay_outside_the_open_unit_interval_is_refused():
         with pytest.raises(ConfigError, match="ema_decay"):
             WeightAverage(nn.Linear(1, 1), bad)
 
-
-def test_recipe_with_a_bad_ema_decay_is_refused_before_any_model_loads(tmp_path):
-    from ragrl.train.check import check_combinations
-    from ragrl.train.recipe import load_train_config
-
-    cfg = load_train_config("harr_grpo", [f"out_dir={tmp_path}", "ema_decay=1.5"], variant="tiny")
-    with pytest.raises(ConfigError, match=r"ema_decay must be in \[0, 1\)"):
-        check_combinations(cfg)

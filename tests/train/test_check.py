@@ -36,6 +36,10 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.value_clip=0.1"], "algo.value_clip: the grpo estimator has no critic"),
     (["algo.estimator=gae", "algo.value_coef=0"], "algo.value_coef: gae reads its critic"),
     (["model.engine=vllm", "shard_params=true"], "model.engine=vllm"),
+    (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
+    (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),
+    (["retriever.hops=0"], "retriever.hops must be >= 1"),
+    (["retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
     from ragrl.train import setup

@@ -44,6 +44,18 @@ class QueryRequest:
     question: str
     query: str
     history: list[dict] = field(default_factory=list)   # [{"sub_query", "status", "answer"}, ...]
+    exclude: list[int] = field(default_factory=list)    # corpus rows not to return (found by earlier hops)
+
+
+def found_entry(query: str, hits: list[Hit], words: int = 20) -> dict:
+    """HARR's history entry for a search that had no generator to state an answer: what it found,
+    each passage's title and its first `words` words (where a next hop's entity is usually named).
+
+    >>> found_entry("Who wrote Jaws?", [Hit("p1", "Jaws (novel)", "Jaws is a 1974 novel by Peter Benchley. It tells", 0.9)], 8)
+    {'sub_query': 'Who wrote Jaws?', 'status': 'retrieved', 'answer': 'Jaws (novel): Jaws is a 1974 novel by Peter Benchley.'}
+    """
+    found = " | ".join(f"{h.title}: {' '.join(h.text.split()[:words])}" for h in hits)
+    return {"sub_query": query, "status": "retrieved" if hits else "no result", "answer": found}
 
 
 def query_text(req: QueryRequest, *, history: bool = True, instruction: str = "") -> str:
@@ -98,6 +110,30 @@ class StochasticRetriever:
     def _vectors(self, texts: list[str]) -> np.ndarray:
         return np.ascontiguousarray(self.encoder.encode(list(texts)), dtype=np.float32)
 
+    def search_hops(self, questions: list[str], k: int, hops: int) -> list[list[Hit]]:
+        """Deterministic multi-hop retrieval without a generator: hop 1 is `search`; each later hop
+        embeds the question with the history of what earlier hops found and takes the top k of
+        the passages not found yet. Returns the hops' hits in order (k · hops per question)."""
+        out: list[list[Hit]] = [[] for _ in questions]
+        history: list[list[dict]] = [[] for _ in questions]
+        for _ in range(hops):
+            reqs = [QueryRequest(q, q, list(h), [self.index.corpus.row(x.id) for x in o])
+                    for q, h, o in zip(questions, history, out)]
+            for i, hits in enumerate(self._top(reqs, k)):
+                out[i] += hits
+                history[i].append(found_entry(questions[i], hits))
+        return out
+
+    def _top(self, requests: list[QueryRequest], k: int) -> list[list[Hit]]:
+        texts = [self.text(r) for r in requests]
+        extra = max((len(r.exclude) for r in requests), default=0)
+        scores, rows = self.index.index.search(self._vectors(texts), min(k + extra, len(self)))
+        corpus, out = self.index.corpus, []
+        for r, srow, rrow in zip(requests, scores, rows):
+            banned = set(r.exclude)
+            out.append([corpus.hit(int(i), float(sc)) for sc, i in zip(srow, rrow) if i >= 0 and i not in banned][:k])
+        return out
+
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Deterministic mode: faiss top-k for the current encoder (blank queries get no hits)."""
         todo = [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
@@ -116,18 +152,25 @@ class StochasticRetriever:
         todo = [i for i, r in enumerate(requests) if r.query.strip()]
         if not todo:
             return out
-        k = min(int(k), self.pool)
         texts = [self.text(requests[i]) for i in todo]
         # A GRPO group asks the same text n times: embed and search each distinct text once.
         slot = {t: i for i, t in enumerate(dict.fromkeys(texts))}
         where = np.array([slot[t] for t in texts])
         uniq_vectors = self._vectors(list(slot))
-        _, uniq_rows = self.index.index.search(uniq_vectors, self.pool)        # [u, M] corpus rows
-        vectors, rows = uniq_vectors[where], uniq_rows[where]                  # [n, d], [n, M]
+        # Rows found by earlier hops are left out of the pool (then cut back to `pool`), so every
+        # pool has the same size and the trainer rescoring `candidate_rows` sees exactly this pool.
+        extra = max(len(requests[i].exclude) for i in todo)
+        pool = min(self.pool, len(self) - extra)
+        _, uniq_rows = self.index.index.search(uniq_vectors, pool + extra)
+        vectors, rows = uniq_vectors[where], uniq_rows[where]                  # [n, d], [n, M + extra]
+        if extra:
+            banned = [set(requests[i].exclude) for i in todo]
+            rows = np.stack([[r for r in row if r not in b][:pool] for b, row in zip(banned, rows)])
+        rows = rows[:, :pool]
         rows_t = torch.from_numpy(rows.astype(np.int64))
         # Scores recomputed the way the trainer will (q · e in float32), not faiss's own.
         scores = torch.einsum("nd,nmd->nm", torch.from_numpy(vectors), self.embeddings[rows_t])
-        picks = pl_sample(scores, k, generator=generator, temperature=self.temperature)
+        picks = pl_sample(scores, min(int(k), pool), generator=generator, temperature=self.temperature)
         logps = pl_log_prob(scores, picks, self.temperature)
         corpus = self.index.corpus
         for j, i in enumerate(todo):

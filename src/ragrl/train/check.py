@@ -53,6 +53,11 @@ def check_combinations(cfg: TrainConfig) -> None:
                 raise ConfigError(f"reward {', '.join(reading)} (from step {start}) scores an answer, but "
                                   "retriever.generator is null: no answer is generated; set a generator or use "
                                   "gold_recall or answer_in_docs")
+    if cfg.retriever.hops < 1:
+        raise ConfigError(f"retriever.hops must be >= 1, got {cfg.retriever.hops}")
+    if cfg.retriever.hops > 1 and cfg.retriever.generator:
+        raise ConfigError("retriever.hops: with a generator, the generator decides when to search again; "
+                          "set retriever.hops=1 or retriever.generator=null")
     check_index_matches_corpus(cfg)
     if cfg.policy == "retriever" and cfg.shard_params:
         raise ConfigError("shard_params: a retriever policy cannot be sharded with FSDP; set shard_params=false")

@@ -111,6 +111,10 @@ class RetrieverConfig:
     generator: str | None = None
     generator_adapter: str | None = None  # e.g. a trained search agent's final_adapter
     generator_temperature: float = 0.0    # 0: greedy, so rewards vary with the documents only
+    # Without a generator: searches per question. Each later hop embeds the question with the
+    # history of what earlier hops found and draws `rollout.topk` passages not found yet;
+    # evaluation then scores all hops' passages (k · hops).
+    hops: int = 1
     # HARR's question filter: before training, keep only questions whose reward varies across a
     # group of samples from the starting encoder (the kept ids are saved; a resume reuses them).
     filter_questions: bool = True

@@ -127,7 +127,7 @@ def retriever_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> S
     def rollout(samples, rcfg, group_offset):
         if generator is None:
             from ragrl.rollout.retrieval_episode import run_retrieval_episodes
-            return run_retrieval_episodes(sampler, samples, rcfg, group_offset=group_offset)
+            return run_retrieval_episodes(sampler, samples, rcfg, group_offset=group_offset, hops=rc.hops)
         from ragrl.rollout.episode import run_episodes
         engine, protocol = generator
         return run_episodes(engine, protocol, sampler, samples, replace(rcfg, temperature=rc.generator_temperature),
@@ -136,7 +136,9 @@ def retriever_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> S
     def evaluate(samples, seed, per_question=False):
         from ragrl.eval.retrieval import retrieval_eval
 
-        out = retrieval_eval(sampler.search, samples, cfg.rollout.topk, per_question=per_question)
+        search = sampler.search if rc.hops == 1 else (lambda qs, k: sampler.search_hops(qs, k, rc.hops))
+        out = retrieval_eval(search, samples, cfg.rollout.topk, per_question=per_question)
+        out.update(k=cfg.rollout.topk * rc.hops, hops=rc.hops)   # recall over every hop's passages
         if generator is not None:   # downstream: the frozen generator searching with this encoder
             agent = _agent_eval(generator[0], sampler, cfg, samples, seed, per_question)
             if per_question:
