@@ -2,105 +2,145 @@
 
     .venv/bin/python benchmarks/harr_curve.py --minutes 20            # -> results/harr_curve.{json,png}
 
-Trains `harr_grpo` (tiny unless --variant; overrides with --set) on pool-train for --minutes,
-checkpointing the encoder every --every steps and evaluating pool-dev (held apart from training)
-at the same steps; the encoder kept is the one best on pool-dev. Then, for the base encoder and
-every checkpoint: gold recall@3 / answer@3 on the held-out eval sets (HotpotQA dev 358, MuSiQue
-dev 100) over the dense index of the full 51k-passage corpus. The held-out curve is reported,
-never used to choose. Finally the kept encoder against the base with paired differences, and
+Trains `harr_grpo` (tiny unless --variant; overrides with --set) on its train split (tiny:
+multihop-train) for --minutes, checkpointing the encoder every --every steps and evaluating the
+held-apart split (tiny: multihop-dev) at the same steps; the encoder kept is the one best there.
+Then, for the base encoder and every checkpoint: evidence recall@3 / answer@3 on the held-out
+eval sets (HotpotQA dev 358, MuSiQue dev 100, 2Wiki dev 345 with the kit's heuristic evidence)
+over the dense index of the full 51k-passage corpus. The held-out curve is reported, never used
+to choose. Finally the kept encoder against the base with paired differences, per set and
+pooled over all held-out questions (the primary endpoint), and
 naive RAG with a frozen SmolLM2 over each encoder's top 3 (answers re-generated only where the
 top 3 changed: greedy decoding makes the rest identical). JSON and PNG are rewritten as it goes.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=20.0, help="training wall-time budget")
-    ap.add_argument("--every", type=int, default=50, help="checkpoint + pool-dev evaluation interval (steps)")
+    ap.add_argument("--every", type=int, default=50, help="checkpoint + held-apart evaluation interval (steps)")
     ap.add_argument("--variant", default="tiny")
     ap.add_argument("--name", default="harr_curve")
     ap.add_argument("--downstream", action="store_true", help="also naive RAG EM/F1 with a frozen SmolLM2")
+    ap.add_argument("--eval-only", action="store_true", help="re-evaluate the run runs/NAME without training")
+    ap.add_argument("--run", help="with --eval-only: the run to evaluate (default runs/NAME), e.g. a 1-hop run "
+                                  "evaluated with --set retriever.hops=2")
+    ap.add_argument("--no-curve", action="store_true", help="only the base and the kept encoder, no checkpoint curve")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
 
-    from ragrl.datasets import load_questions
     from ragrl.eval.plots import line_plot
-    from ragrl.eval.retrieval import by_question_kind, compare_retrievers, retrieval_eval
+    from ragrl.eval.retrieval import by_question_kind, compare_retrievers, load_held_out, retrieval_eval
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.retrieval.stochastic import StochasticRetriever
+    from ragrl.train.averaging import WeightAverage
     from ragrl.train.checkpoint import load_checkpoint
     from ragrl.train.recipe import load_train_config
     from ragrl.train.run_dir import read_metrics
+    from ragrl.train.setup import load_dense_backend
     from ragrl.train.trainer import Trainer
 
     out = ROOT / "benchmarks" / "results" / args.name
-    run_dir = ROOT / "runs" / args.name
+    run_dir = ROOT / "runs" / (args.run or args.name)
     cfg = load_train_config("harr_grpo", [f"out_dir={run_dir}", "steps=100000", f"save_every={args.every}",
                                           f"eval_every={args.every}", "keep_best=recall", "keep_last=1000",
                                           *args.overrides], args.variant)
-    tests = {name: load_questions(path) for name, path in TEST_SETS.items()}
-    trainer = Trainer(cfg)
-    dense = trainer.setup.sampler.index
-    t0 = time.perf_counter()
-    rows = trainer.train(progress=True, time_budget_s=args.minutes * 60)
-    train_s = time.perf_counter() - t0
-    result = {"settings": {"recipe": "harr_grpo", "variant": args.variant, "overrides": args.overrides,
-                           "corpus_passages": len(dense), "train": cfg.data.train, "dev": cfg.data.eval,
-                           "steps": len(rows), "train_minutes": train_s / 60,
-                           "steps_per_minute": len(rows) / (train_s / 60),
-                           # sampled retrieval episodes (questions x samples) per second of training,
-                           # the question filter's pass and pool-dev evaluations included
-                           "episodes_per_second": len(rows) * cfg.questions_per_step * cfg.rollout.n / train_s,
-                           "step_seconds_mean": sum(r["time/step_s"] for r in rows) / len(rows),
-                           "rollout_seconds_mean": sum(r["time/rollout_s"] for r in rows) / len(rows),
-                           "update_seconds_mean": sum(r["time/update_s"] for r in rows) / len(rows)},
-              "curve": []}
+    tests = load_held_out()
+    rc, k = cfg.retriever, cfg.rollout.topk
+    if args.eval_only:
+        dense = load_dense_backend(cfg)
+        source = ROOT / "benchmarks" / "results" / f"{args.run or args.name}.json"
+        result = {**json.loads(source.read_text()), "curve": [], "evaluated_with": args.overrides}
+    else:
+        trainer = Trainer(cfg)
+        dense = trainer.setup.sampler.index
+        t0 = time.perf_counter()
+        rows = trainer.train(progress=True, time_budget_s=args.minutes * 60)
+        train_s = time.perf_counter() - t0
+        result = {"settings": {"recipe": "harr_grpo", "variant": args.variant, "overrides": args.overrides,
+                               "corpus_passages": len(dense), "train": cfg.data.train, "dev": cfg.data.eval,
+                               "steps": len(rows), "train_minutes": train_s / 60,
+                               "steps_per_minute": len(rows) / (train_s / 60),
+                               # sampled retrieval episodes (questions x samples) per second of training,
+                               # the question filter's pass and held-apart evaluations included
+                               "episodes_per_second": len(rows) * cfg.questions_per_step * cfg.rollout.n / train_s,
+                               "step_seconds_mean": sum(r["time/step_s"] for r in rows) / len(rows),
+                               "rollout_seconds_mean": sum(r["time/rollout_s"] for r in rows) / len(rows),
+                               "update_seconds_mean": sum(r["time/update_s"] for r in rows) / len(rows)},
+                  "curve": []}
 
-    def evaluate(search) -> dict:
-        return {name: {k: v for k, v in retrieval_eval(search, qs, cfg.rollout.topk).items() if k != "per_question"}
-                for name, qs in tests.items()}
+    def searches(encoder) -> dict:
+        """The systems one encoder gives: top k, or with hops > 1 the hops with HARR's history and,
+        to measure what the history adds, the same number of passages without it (top k·hops)."""
+        hist = StochasticRetriever(dense, encoder, history=rc.history)
+        if rc.hops == 1:
+            return {"": hist.search}
+        flat = StochasticRetriever(dense, encoder, history=False)
+        return {"": lambda qs, kk: hist.search_hops(qs, kk, rc.hops),
+                "no_history/": lambda qs, kk: flat.search_hops(qs, kk, rc.hops)}
 
-    result["curve"].append({"step": 0, **{f"{n}/{k}": v for n, m in evaluate(dense.search).items() for k, v in m.items()}})
+    def evaluate(encoder) -> dict:
+        return {f"{prefix}{name}/{m}": v for prefix, fn in searches(encoder).items() for name, qs in tests.items()
+                for m, v in retrieval_eval(fn, qs, k).items() if m != "per_question"}
+
+    base_encoder = QueryEncoder(rc.encoder)   # the index's encoder, untrained
+    if not args.no_curve:
+        result["curve"].append({"step": 0, **evaluate(base_encoder)})
     metrics = {r["step"] + 1: r for r in read_metrics(run_dir) if "eval/recall" in r}
-    rc = cfg.retriever   # the checkpoints hold the trained module as it was: LoRA layers included
+    # the checkpoints hold the trained module as it was (LoRA layers included) and, with ema_decay,
+    # the weight average: what was evaluated on the held-apart split and exported
     encoder = QueryEncoder(rc.encoder, lora=rc.lora, lora_r=rc.lora_r, lora_alpha=rc.lora_alpha)
-    sampler = StochasticRetriever(dense, encoder)
-    for ck in sorted((run_dir / "checkpoints").glob("step_*")):
-        load_checkpoint(ck, model=encoder, restore_rng=False)
+    average = WeightAverage(encoder, cfg.ema_decay) if cfg.ema_decay else None
+    for ck in [] if args.no_curve else sorted((run_dir / "checkpoints").glob("step_*")):
+        load_checkpoint(ck, model=encoder, restore_rng=False,
+                        extra_modules={"weight_average": average} if average else None)
         step = int(ck.name.split("_")[1])
-        point = {"step": step, **{f"{n}/{k}": v for n, m in evaluate(sampler.search).items() for k, v in m.items()}}
+        with average.swapped_in(encoder) if average else contextlib.nullcontext():
+            point = {"step": step, **evaluate(encoder)}
         if step in metrics:
-            point.update({k: metrics[step][k] for k in ("eval/recall", "eval/recall_lo", "eval/recall_hi")})
+            point.update({k_: metrics[step][k_] for k_ in ("eval/recall", "eval/recall_lo", "eval/recall_hi")})
         result["curve"].append(point)
         (out.with_suffix(".json")).write_text(json.dumps(result, indent=1))
     best = json.loads((run_dir / "best.json").read_text())
-    kept = StochasticRetriever(dense, QueryEncoder(str(run_dir / "best_encoder")))
+    kept = QueryEncoder(str(run_dir / "best_encoder"))
     result["kept"] = best
+    base, rl = searches(base_encoder), searches(kept)
+    systems = {"base": base[""], "rl": rl[""]}
+    if rc.hops > 1:
+        systems.update({"base_no_history": base["no_history/"], "rl_no_history": rl["no_history/"]})
     result["final"] = {}
     for name, qs in tests.items():
-        comp = compare_retrievers({"base": dense.search, "rl": kept.search}, qs, cfg.rollout.topk, baseline="base")
+        comp = compare_retrievers(systems, qs, k, baseline="base")
+        if rc.hops > 1:   # what the history adds to each encoder
+            for enc in ("base", "rl"):
+                h = compare_retrievers({"without": systems[f"{enc}_no_history"], "with": systems[enc]}, qs, k, "without")
+                comp[f"history_effect_{enc}"] = h["paired"]["with"]
         comp["recall_by_kind"] = by_question_kind(qs, comp["base"]["per_question"], comp["rl"]["per_question"])
-        for k in ("base", "rl"):
-            comp[k].pop("per_question")
+        for s_ in systems:
+            comp[s_].pop("per_question")
         result["final"][name] = comp
+    every = [q for qs in tests.values() for q in qs]   # the primary endpoint: all held-out questions, pooled
+    pooled = compare_retrievers({"base": systems["base"], "rl": systems["rl"]}, every, k, baseline="base")
+    result["pooled"] = {k_: pooled[k_] for k_ in ("paired", "changed")}
     if args.downstream:
-        result["downstream"] = downstream(cfg, tests, dense.search, kept.search)
+        result["downstream"] = downstream(cfg, tests, dense.search, StochasticRetriever(dense, kept).search)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1))
     train_rows = read_metrics(run_dir)
     line_plot(train_rows, ["reward_mean", "eval/recall"], out.parent / f"{args.name}_train.png", smooth=0.0)
-    line_plot(result["curve"], [f"{n}/recall" for n in tests] + [f"{n}/answer_at_k" for n in tests],
-              out.with_suffix(".png"), cols=2)
+    if result["curve"]:
+        line_plot(result["curve"], [f"{n}/recall" for n in tests] + [f"{n}/answer_at_k" for n in tests],
+                  out.with_suffix(".png"), cols=2)
     print(json.dumps({"kept": best, "final": {n: r["paired"] for n, r in result["final"].items()},
-                      "downstream": result.get("downstream")}, indent=1))
+                      "pooled": result["pooled"]["paired"], "downstream": result.get("downstream")}, indent=1))
 
 
 def downstream(cfg, tests, base_search, rl_search) -> dict:
