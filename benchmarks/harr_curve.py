@@ -39,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from ragrl.eval.plots import line_plot
-    from ragrl.eval.retrieval import by_question_kind, compare_retrievers, load_held_out, retrieval_eval
+    from ragrl.eval.retrieval import by_question_kind, compare_retrievers, load_held_out, paired_rows, retrieval_eval
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.retrieval.stochastic import StochasticRetriever
     from ragrl.train.averaging import WeightAverage
@@ -122,8 +122,8 @@ def main() -> None:
         comp = compare_retrievers(systems, qs, k, baseline="base")
         if rc.hops > 1:   # what the history adds to each encoder
             for enc in ("base", "rl"):
-                h = compare_retrievers({"without": systems[f"{enc}_no_history"], "with": systems[enc]}, qs, k, "without")
-                comp[f"history_effect_{enc}"] = h["paired"]["with"]
+                comp[f"history_effect_{enc}"] = paired_rows(comp[f"{enc}_no_history"]["per_question"],
+                                                            comp[enc]["per_question"])[0]
         comp["recall_by_kind"] = by_question_kind(qs, comp["base"]["per_question"], comp["rl"]["per_question"])
         for s_ in systems:
             comp[s_].pop("per_question")
@@ -134,8 +134,9 @@ def main() -> None:
     if args.downstream:
         result["downstream"] = downstream(cfg, tests, dense.search, StochasticRetriever(dense, kept).search)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    train_rows = read_metrics(run_dir)
-    line_plot(train_rows, ["reward_mean", "eval/recall"], out.parent / f"{args.name}_train.png", smooth=0.0)
+    if not args.run or args.run == args.name:   # the run's own training curve (not another run's again)
+        line_plot(read_metrics(run_dir), ["reward_mean", "eval/recall"], out.parent / f"{args.name}_train.png",
+                  smooth=0.0)
     if result["curve"]:
         line_plot(result["curve"], [f"{n}/recall" for n in tests] + [f"{n}/answer_at_k" for n in tests],
                   out.with_suffix(".png"), cols=2)

@@ -71,25 +71,30 @@ def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: st
     searches: {name: search(queries, k)}. Returns {name: metrics, "paired": {name: {metric:
     {diff, lo, hi, p}}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
     counts questions whose top k holds a gold passage (or the answer) only with `name`."""
-    from ragrl.eval.stats import paired_bootstrap_diff
-
     out = {name: retrieval_eval(fn, samples, k, per_question=True) for name, fn in searches.items()}
     base = out[baseline]["per_question"]
     out["paired"], out["changed"] = {}, {}
     for name in searches:
-        if name == baseline:
-            continue
-        mine = out[name]["per_question"]
-        out["paired"][name], out["changed"][name] = {}, {}
-        for key in ("recall", "answer_at_k"):
-            ids = [q for q in base if key in base[q]]
-            if not ids:
-                continue
-            d, lo, hi, p = paired_bootstrap_diff([base[q][key] for q in ids], [mine[q][key] for q in ids])
-            out["paired"][name][key] = {"diff": 100 * d, "lo": 100 * lo, "hi": 100 * hi, "p": p}
-            out["changed"][name][key] = {"gained": sum(mine[q][key] > base[q][key] for q in ids),
-                                         "lost": sum(mine[q][key] < base[q][key] for q in ids)}
+        if name != baseline:
+            out["paired"][name], out["changed"][name] = paired_rows(base, out[name]["per_question"])
     return out
+
+
+def paired_rows(base: dict, new: dict) -> tuple[dict, dict]:
+    """Two retrievers' per-question rows ({id: {metric: 0-1}}) → ({metric: {diff, lo, hi, p}} in
+    percent, {metric: {gained, lost}}), over the questions both have each metric for."""
+    from ragrl.eval.stats import paired_bootstrap_diff
+
+    paired, changed = {}, {}
+    for key in ("recall", "answer_at_k"):
+        ids = [q for q in base if key in base[q] and key in new.get(q, {})]
+        if not ids:
+            continue
+        d, lo, hi, p = paired_bootstrap_diff([base[q][key] for q in ids], [new[q][key] for q in ids])
+        paired[key] = {"diff": 100 * d, "lo": 100 * lo, "hi": 100 * hi, "p": p}
+        changed[key] = {"gained": sum(new[q][key] > base[q][key] for q in ids),
+                        "lost": sum(new[q][key] < base[q][key] for q in ids)}
+    return paired, changed
 
 
 def question_kind(q: dict) -> str:
