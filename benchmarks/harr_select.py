@@ -88,10 +88,10 @@ def main() -> None:
     order, curve, t0 = [], [{"step": 0, **evaluate(enc)}], time.perf_counter()
     print(json.dumps(curve[-1]), flush=True)
     for step in range(args.steps):
-        if len(order) < args.questions:
+        if not order:   # a new epoch; its last step takes what is left
             order = list(range(len(train)))
             rng.shuffle(order)
-        batch = [train[order.pop()] for _ in range(args.questions)]
+        batch = [train[order.pop()] for _ in range(min(args.questions, len(order)))]
         q = enc([b["question"] for b in batch])                                    # [Q, d]
         _, rows = dense.index.search(np.ascontiguousarray(q.detach().numpy()), args.pool)
         rows_t = torch.from_numpy(rows.astype(np.int64))
