@@ -72,7 +72,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                              test_sets: dict[str, str] | None = None) -> dict:
     from ragrl.eval.plots import line_plot
     from ragrl.eval.retrieval import by_question_kind, compare_retrievers, format_comparison, load_held_out
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.quickstart import fresh_run_config
     from ragrl.retrieval.stochastic import StochasticRetriever
@@ -165,7 +165,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
             r = qa[key]
             md.append(f"| {key.upper()} | {r['base'][0]:.1f} [{r['base'][1]:.1f}, {r['base'][2]:.1f}] | "
                       f"{r['rl'][0]:.1f} [{r['rl'][1]:.1f}, {r['rl'][2]:.1f}] | "
-                      f"{r['diff'][0]:+.1f} [{r['diff'][1]:+.1f}, {r['diff'][2]:+.1f}], p {r['p']:.3f} |")
+                      f"{r['diff'][0]:+.1f} [{r['diff'][1]:+.1f}, {r['diff'][2]:+.1f}], p {format_p(r['p'])} |")
         md.append("")
     if len(tests) > 1:
         # The primary endpoint, fixed before any held-out run: evidence recall@k over every held-out

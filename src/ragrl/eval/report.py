@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ragrl
 from ragrl.errors import RagrlError
-from ragrl.eval.stats import (METRIC_TITLES, QA_METRICS, paired_diffs, per_question_scores, summarize,
+from ragrl.eval.stats import (METRIC_TITLES, QA_METRICS, format_p, paired_diffs, per_question_scores, summarize,
                               summary_of)
 from ragrl.rollout.trajectory import Trajectory
 
@@ -78,10 +78,6 @@ def _diff_cell(d: dict) -> str:
     return text
 
 
-def _p_cell(p: float | None) -> str:
-    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def _row_cells(label: str, s: dict) -> list[str]:
     return [label, *(_ci_cell(s.get(k)) for k in QA_METRICS),
             f"{s['searches_per_q']:.2f}", f"{s['turns_per_q']:.2f}", f"{s['tokens_per_q']:.1f}",
@@ -120,7 +116,7 @@ def _paired_section(paired: dict[str, dict | None], baseline: str) -> str:
             continue
         cells = [system, str(d["n_paired"]) if "n_paired" in d else "unpaired"]
         for k in QA_METRICS:
-            cells += [_diff_cell(d[k]), _p_cell(d[k].get("p_value"))]
+            cells += [_diff_cell(d[k]), format_p(d[k].get("p_value"))]
         rows.append(cells)
     return (f"## Differences vs `{baseline}` (system − baseline, percentage points)\n\n"
             "Paired bootstrap over the questions both systems answered; p is the one-sided "

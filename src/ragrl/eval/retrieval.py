@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 
-from ragrl.eval.stats import bootstrap_ci
+from ragrl.eval.stats import bootstrap_ci, format_p
 from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
 
 # The held-out multi-hop sets whose evidence passages are in the data kit's corpus. 2Wiki's
@@ -139,6 +139,6 @@ def format_comparison(result: dict, names: list[str], baseline: str, title: str 
                 continue
             cells.append(f"{r[key]:.1f} [{r[key + '_lo']:.1f}, {r[key + '_hi']:.1f}] (n={r[key + '_n']})")
             pd = result.get("paired", {}).get(name, {}).get(key)
-            cells.append(f"{pd['diff']:+.1f} [{pd['lo']:+.1f}, {pd['hi']:+.1f}], p {pd['p']:.3f}" if pd else "–")
+            cells.append(f"{pd['diff']:+.1f} [{pd['lo']:+.1f}, {pd['hi']:+.1f}], p {format_p(pd['p'])}" if pd else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines).strip() + "\n"

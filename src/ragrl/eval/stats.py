@@ -179,3 +179,12 @@ def paired_diffs(
                                              n_boot=n_boot, alpha=alpha, seed=seed)
         out[key] = {"diff": 100.0 * d, "ci_lo": 100.0 * lo, "ci_hi": 100.0 * hi, "p_value": p}
     return out
+
+
+def format_p(p: float | None) -> str:
+    """A p-value for a table: the bootstrap's floor (1 / (n_boot + 1)) reads as "<0.001".
+
+    >>> format_p(0.0004997), format_p(0.0213), format_p(None)
+    ('<0.001', '0.021', 'n/a')
+    """
+    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
