@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from ragrl.policy.lm import LMPolicy
 from ragrl.train.config import AlgoConfig
-from ragrl.train.distributed import init_distributed
+from ragrl.train.distributed import close_distributed, init_distributed
 from ragrl.train.update import ppo_update, prepare
 from tests.train.test_trainer import params_of, policy, synthetic_batch
 
@@ -59,7 +59,9 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -
     assert init_distributed() == (rank, world)  # idempotent
     for agg in AGGS:
         torch.save(one_step(model_dir, agg, HALVES[rank]), os.path.join(out_dir, f"{agg}.{rank}.pt"))
-    dist.destroy_process_group()
+    close_distributed()   # what `ragrl train` does at the end: every rank waits, then leaves
+    assert not dist.is_initialized()
+    close_distributed()   # without a group: nothing to do
 
 
 def test_two_ranks_take_the_same_step_as_one_process(tiny_model_dir, tmp_path):

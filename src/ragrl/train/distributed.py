@@ -75,6 +75,18 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
     return rank, world
 
 
+def close_distributed(*, ok: bool = True) -> None:
+    """Leave the process group, if one was joined: wait for every rank when the run ended
+    well, then destroy the group. Without this, gloo's worker threads can still be running
+    when the interpreter exits, and a rank aborts ("terminate called without an active
+    exception") after all its work is done, failing the launch."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if ok:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def wants_sharded_params(setting: bool | None, world: int) -> bool:
     """Whether to shard parameters (FSDP2, ragrl.train.fsdp): never on one rank; `setting`
     when given; else on when the launcher asked for FSDP (accelerate sets ACCELERATE_USE_FSDP)."""

@@ -144,6 +144,7 @@ def answer_visible(traj) -> bool:
 
 def run_recipe(cfg: TrainConfig, *, resume: bool = False) -> Path:
     """SFT warm start (if cfg.sft.steps and no init adapter), then RL; returns the run dir."""
+    from ragrl.train.distributed import close_distributed
     from ragrl.train.policy import build_policy
     from ragrl.train.trainer import Trainer, default_retriever
 
@@ -158,5 +159,10 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False) -> Path:
             del model
         cfg.model.init_adapter = str(sft_adapter)
     trainer = Trainer(cfg, retriever=retriever)
-    trainer.train(resume=resume)
+    ok = False
+    try:
+        trainer.train(resume=resume)
+        ok = True
+    finally:
+        close_distributed(ok=ok)
     return run_dir
