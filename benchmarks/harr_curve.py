@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--variant", default="tiny")
     ap.add_argument("--name", default="harr_curve")
     ap.add_argument("--downstream", action="store_true", help="also naive RAG EM/F1 with a frozen SmolLM2")
+    ap.add_argument("--downstream-n", type=int, default=None,
+                    help="naive RAG on the first N questions of each held-out set (default: all)")
     ap.add_argument("--eval-only", action="store_true", help="re-evaluate the run runs/NAME without training")
     ap.add_argument("--run", help="with --eval-only: the run to evaluate (default runs/NAME), e.g. a 1-hop run "
                                   "evaluated with --set retriever.hops=2")
@@ -131,8 +133,9 @@ def main() -> None:
     every = [q for qs in tests.values() for q in qs]   # the primary endpoint: all held-out questions, pooled
     pooled = compare_retrievers({"base": systems["base"], "rl": systems["rl"]}, every, k, baseline="base")
     result["pooled"] = {k_: pooled[k_] for k_ in ("paired", "changed")}
-    if args.downstream:
-        result["downstream"] = downstream(cfg, tests, dense.search, StochasticRetriever(dense, kept).search)
+    if args.downstream:   # RL against base; with hops, also what the history adds to each encoder
+        pairs = [("base", "rl")] + ([("base_no_history", "base"), ("rl_no_history", "rl")] if rc.hops > 1 else [])
+        result["downstream"] = downstream(cfg, tests, systems, pairs, args.downstream_n)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1))
     if not args.run or args.run == args.name:   # the run's own training curve (not another run's again)
         line_plot(read_metrics(run_dir), ["reward_mean", "eval/recall"], out.parent / f"{args.name}_train.png",
@@ -144,27 +147,37 @@ def main() -> None:
                       "pooled": result["pooled"]["paired"], "downstream": result.get("downstream")}, indent=1))
 
 
-def downstream(cfg, tests, base_search, rl_search) -> dict:
+def downstream(cfg, tests, systems: dict, pairs: list[tuple[str, str]], n: int | None) -> dict:
+    """Naive RAG EM/F1 of a frozen SmolLM2 over each system's passages (all of them: k, or k·hops),
+    on the first `n` questions of each set (all when None); paired differences (b − a) for each
+    (a, b) in `pairs`. Answers are re-generated only where a system's passages differ from the
+    first system's (greedy decoding makes the rest identical)."""
+    from dataclasses import replace
+
     from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
     from ragrl.quickstart_retriever import naive_rag_answers, qa_scores
     from ragrl.rollout.hf_engine import HFEngine
     from ragrl.train.policy import build_policy
-    from dataclasses import replace
 
     lm, tok, _ = build_policy(replace(cfg.model, lora=False, init_adapter=None))
     engine = HFEngine(lm, tok, max_batch_size=32)
     out = {}
     for name, qs in tests.items():
-        base = naive_rag_answers(engine, base_search, qs, cfg)
-        rl = naive_rag_answers(engine, rl_search, qs, cfg, reuse=base)
-        ids = [str(q["id"]) for q in qs]
-        a, b = qa_scores(base, ids), qa_scores(rl, ids)
-        out[name] = {"regenerated": sum(rl[i][0] != base[i][0] for i in ids)}
-        for key in ("em", "f1"):
-            x, y = [a[i][key] for i in ids], [b[i][key] for i in ids]
-            d, lo, hi, p = paired_bootstrap_diff(x, y)
-            out[name][key] = {"base": [100 * v for v in bootstrap_ci(x)], "rl": [100 * v for v in bootstrap_ci(y)],
-                              "diff": [100 * d, 100 * lo, 100 * hi], "p": p}
+        qs = qs[:n] if n else qs
+        ids, answers, first = [str(q["id"]) for q in qs], {}, next(iter(systems))
+        for system, search in systems.items():
+            answers[system] = naive_rag_answers(engine, search, qs, cfg, reuse=answers.get(first))
+        scores = {system: qa_scores(a, ids) for system, a in answers.items()}
+        res = out[name] = {"n": len(qs), "regenerated": {s_: sum(answers[s_][i][0] != answers[first][i][0] for i in ids)
+                                                         for s_ in systems if s_ != first}}
+        for system in systems:
+            res[system] = {key: [100 * v for v in bootstrap_ci([scores[system][i][key] for i in ids])]
+                           for key in ("em", "f1")}
+        for a, b in pairs:
+            res[f"{b} - {a}"] = {}
+            for key in ("em", "f1"):
+                d, lo, hi, p = paired_bootstrap_diff([scores[a][i][key] for i in ids], [scores[b][i][key] for i in ids])
+                res[f"{b} - {a}"][key] = {"diff": [100 * d, 100 * lo, 100 * hi], "p": p}
     return out
 
 
