@@ -154,7 +154,8 @@ def downstream(cfg, tests, systems: dict, pairs: list[tuple[str, str]], n: int |
     first system's (greedy decoding makes the rest identical)."""
     from dataclasses import replace
 
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.eval.retrieval import paired_rows
+    from ragrl.eval.stats import bootstrap_ci
     from ragrl.quickstart_retriever import naive_rag_answers, qa_scores
     from ragrl.rollout.hf_engine import HFEngine
     from ragrl.train.policy import build_policy
@@ -174,10 +175,7 @@ def downstream(cfg, tests, systems: dict, pairs: list[tuple[str, str]], n: int |
             res[system] = {key: [100 * v for v in bootstrap_ci([scores[system][i][key] for i in ids])]
                            for key in ("em", "f1")}
         for a, b in pairs:
-            res[f"{b} - {a}"] = {}
-            for key in ("em", "f1"):
-                d, lo, hi, p = paired_bootstrap_diff([scores[a][i][key] for i in ids], [scores[b][i][key] for i in ids])
-                res[f"{b} - {a}"][key] = {"diff": [100 * d, 100 * lo, 100 * hi], "p": p}
+            res[f"{b} - {a}"] = paired_rows(scores[a], scores[b], keys=("em", "f1"))[0]
     return out
 
 

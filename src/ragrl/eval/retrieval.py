@@ -80,13 +80,19 @@ def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: st
     return out
 
 
-def paired_rows(base: dict, new: dict) -> tuple[dict, dict]:
-    """Two retrievers' per-question rows ({id: {metric: 0-1}}) → ({metric: {diff, lo, hi, p}} in
-    percent, {metric: {gained, lost}}), over the questions both have each metric for."""
+def paired_rows(base: dict, new: dict, keys: tuple[str, ...] = ("recall", "answer_at_k")) -> tuple[dict, dict]:
+    """Two systems' per-question rows ({id: {metric: 0-1}}) → ({metric: {diff, lo, hi, p}} in
+    percent, {metric: {gained, lost}}) for each metric in `keys`, over the questions both have it for.
+
+    >>> paired, changed = paired_rows({"a": {"f1": 0.0}, "b": {"f1": 0.5}}, {"a": {"f1": 1.0}, "b": {"f1": 0.5}},
+    ...                               keys=("f1",))
+    >>> paired["f1"]["diff"], changed["f1"]
+    (50.0, {'gained': 1, 'lost': 0})
+    """
     from ragrl.eval.stats import paired_bootstrap_diff
 
     paired, changed = {}, {}
-    for key in ("recall", "answer_at_k"):
+    for key in keys:
         ids = [q for q in base if key in base[q] and key in new.get(q, {})]
         if not ids:
             continue
