@@ -24,10 +24,14 @@ def main() -> None:
     ap.add_argument("--sft", required=True, help="the SFT adapter both PPO runs started from")
     ap.add_argument("--ppo", action="append", default=[], help="COST=ADAPTER_DIR (repeatable)")
     ap.add_argument("--n", type=int, default=150, help="questions per eval set")
-    ap.add_argument("--thresholds", default="", help="comma list: also run the last PPO policy in SmartRAG's "
-                                                      "inference mode at these search thresholds")
+    ap.add_argument("--thresholds", default="", help="comma list: also run one policy in SmartRAG's inference "
+                                                      "mode (search when P(search) > threshold) at these thresholds")
+    ap.add_argument("--threshold-on", default="", help="that policy: SFT or a PPO run's COST (default: the last --ppo)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "smartrag_frontier"))
     args = ap.parse_args()
+    for spec in args.ppo:
+        if "=" not in spec or not Path(spec.split("=", 1)[1], "adapter_config.json").is_file():
+            ap.error(f"--ppo {spec!r}: expected COST=ADAPTER_DIR with adapter_config.json in the folder")
 
     import torch
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -36,7 +40,7 @@ def main() -> None:
 
     from ragrl.datasets import load_questions
     from ragrl.eval.harness import EvalConfig, evaluate
-    from ragrl.eval.stats import paired_diffs, summarize
+    from ragrl.eval.stats import summarize
     from ragrl.models.policy import load_policy
     from ragrl.rollout.episode import RolloutConfig
     from ragrl.rollout.hf_engine import HFEngine
@@ -48,6 +52,11 @@ def main() -> None:
                             max_obs_tokens=160, passage_words=30, topk=3)
     base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
     adapters = {"SFT": args.sft, **{f"SFT + PPO (cost {c})": d for c, d in (p.split("=", 1) for p in args.ppo)}}
+    last = list(adapters)[-1]   # the policy --thresholds runs
+    if args.threshold_on:
+        last = "SFT" if args.threshold_on == "SFT" else f"SFT + PPO (cost {args.threshold_on})"
+        if last not in adapters:
+            raise SystemExit(f"--threshold-on {args.threshold_on}: no such system; have {', '.join(adapters)}")
     # peft adapter names may not hold dots or spaces: a slot per system
     slot = {name: f"a{i}" for i, name in enumerate(adapters)}
     model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name=slot["SFT"])
@@ -55,46 +64,60 @@ def main() -> None:
         if name != "SFT":
             model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
+    pooled: dict[str, dict] = {}   # system -> {set:question: scores}, both sets together
     result: dict = {"settings": {"n": args.n, "adapters": adapters, "index": "bm25 over the full corpus",
                                  "rollout": rollout.__dict__}, "sets": {}}
     for set_name, path in SETS.items():
         samples = load_questions(path, limit=args.n)
-        systems: dict = {}
-        with model.disable_adapter():
-            res = evaluate(engine, retriever, samples, EvalConfig(agent="smartrag", systems=["direct", "naive_rag"],
-                                                                 n=len(samples), topk=3, rollout=rollout))
-        systems.update({k: v for k, v in res.items()})
-        for name in adapters:
-            model.set_adapter(slot[name])
-            res = evaluate(engine, retriever, samples, EvalConfig(agent="smartrag", systems=["agent"], n=len(samples),
-                                                                 topk=3, rollout=rollout))
-            systems[name] = res["smartrag"]
-        for th in [float(x) for x in args.thresholds.split(",") if x.strip()]:
-            from ragrl.agents.registry import get_protocol
-            from ragrl.rollout.decision_engine import ThresholdDecisionEngine
+        cache = _Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, rollout.__dict__)
+        summaries: dict = {}
 
-            last = list(adapters)[-1]
-            model.set_adapter(slot[last])
-            proto = get_protocol("smartrag")
-            decider = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], th)
-            res = evaluate(decider, retriever, samples, EvalConfig(agent="smartrag", systems=["agent"], n=len(samples),
-                                                                  topk=3, rollout=rollout))
-            systems[f"{last}, threshold {th}"] = res["smartrag"]
-        summaries = {}
-        for name, r in systems.items():
-            s = summarize(r["trajectories"], r["wall_s"], per_question=True)
-            s["retrieval_rate"] = 100 * sum(t.num_searches > 0 for t in r["trajectories"]) / len(r["trajectories"])
+        def run(name: str, adapter_key: str, fn) -> None:
+            """Evaluate one system unless the cache already holds it (same adapter bytes, n and rollout)."""
+            s = cache.get(name, adapter_key)
+            if s is None:
+                r = fn()
+                s = summarize(r["trajectories"], r["wall_s"], per_question=True)
+                for t in r["trajectories"]:   # retrieval as a per-question score, so it pairs like EM and F1
+                    s["per_question"][t.sample_id]["retrieved"] = float(t.num_searches > 0)
+                s["retrieval_rate"] = 100 * sum(t.num_searches > 0 for t in r["trajectories"]) / len(r["trajectories"])
+                cache.put(name, adapter_key, s)
             summaries[name] = s
-        pairs = {}
-        for name in systems:
-            if name.startswith("SFT + PPO"):
-                pairs[f"{name} - SFT"] = paired_diffs(summaries["SFT"]["per_question"], summaries[name]["per_question"])
-                pairs[f"{name} - naive_rag"] = paired_diffs(summaries["naive_rag"]["per_question"],
-                                                            summaries[name]["per_question"])
+
+        def baselines(system: str):
+            with model.disable_adapter():
+                res = evaluate(engine, retriever, samples, EvalConfig(agent="smartrag", systems=[system],
+                                                                     n=len(samples), topk=3, rollout=rollout))
+            return res[system]
+
+        def policy(name: str, th: float | None = None):
+            model.set_adapter(slot[name])
+            eng = engine
+            if th is not None:
+                from ragrl.agents.registry import get_protocol
+                from ragrl.rollout.decision_engine import ThresholdDecisionEngine
+
+                proto = get_protocol("smartrag")
+                eng = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], th)
+            res = evaluate(eng, retriever, samples, EvalConfig(agent="smartrag", systems=["agent"], n=len(samples),
+                                                              topk=3, rollout=rollout))
+            return res["smartrag"]
+
+        for system in ("direct", "naive_rag"):
+            run(system, "base", lambda system=system: baselines(system))
+        for name, path in adapters.items():
+            run(name, _digest(path), lambda name=name: policy(name))
+        for th in [float(x) for x in args.thresholds.split(",") if x.strip()]:
+            run(f"{last}, threshold {th}", _digest(adapters[last]), lambda th=th: policy(last, th))
+        for name, s in summaries.items():
+            for sid, row in s["per_question"].items():
+                pooled.setdefault(name, {})[f"{set_name}:{sid}"] = row
+        result["sets"][set_name] = {"systems": summaries, "paired": _pairs(summaries_pq(summaries))}
         for s in summaries.values():
             s.pop("per_question")
-        result["sets"][set_name] = {"systems": summaries, "paired": pairs}
         Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
+    result["pooled"] = {"n": sum(len(v) for v in list(pooled.values())[:1]), "paired": _pairs(pooled)}
+    Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
     md = ["# SmartRAG frontier (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
     fig = Figure(figsize=(10, 4))
     for i, (set_name, r) in enumerate(result["sets"].items()):
@@ -108,21 +131,138 @@ def main() -> None:
             marker = "s" if name in ("direct", "naive_rag") else "o"
             ax.errorbar([s["retrieval_rate"]], [s["f1"]["mean"]], yerr=[[s["f1"]["mean"] - s["f1"]["ci_lo"]],
                         [s["f1"]["ci_hi"] - s["f1"]["mean"]]], fmt=marker, capsize=3, label=name)
-        md += ["", "| paired | ΔEM [95% CI] | ΔF1 [95% CI], p |", "|---|---|---|"]
-        for name, d in r["paired"].items():
-            md.append(f"| {name} | {d['em']['diff']:+.1f} [{d['em']['ci_lo']:+.1f}, {d['em']['ci_hi']:+.1f}] | "
-                      f"{d['f1']['diff']:+.1f} [{d['f1']['ci_lo']:+.1f}, {d['f1']['ci_hi']:+.1f}], p {d['f1']['p_value']:.3f} |")
-        md.append("")
+        md += _paired_table(r["paired"])
         ax.set_xlabel("retrieval rate (% of questions)")
         ax.set_ylabel("F1 (95% CI)")
         ax.set_title(set_name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    md += [f"## both sets pooled ({result['pooled']['n']} questions)", ""] + _paired_table(result["pooled"]["paired"])
     fig.tight_layout()
     FigureCanvasAgg(fig)
     fig.savefig(Path(args.out).with_suffix(".png"), dpi=100)
+    md += _training_curves(args.ppo, Path(args.out))
     Path(args.out).with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md))
+
+
+class _Cache:
+    """Per-system summaries on disk, so a killed run or one more adapter re-evaluates only what changed."""
+
+    def __init__(self, root: Path, n: int, rollout: dict):
+        self.root, self.key = root, json.loads(json.dumps({"n": n, "rollout": rollout}))   # as stored
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _file(self, name: str) -> Path:
+        import hashlib
+        return self.root / (hashlib.sha1(name.encode()).hexdigest()[:16] + ".json")
+
+    def get(self, name: str, adapter_key: str):
+        f = self._file(name)
+        if not f.exists():
+            return None
+        d = json.loads(f.read_text())
+        ok = d.get("name") == name and d.get("adapter") == adapter_key and d.get("key") == self.key
+        return d["summary"] if ok else None
+
+    def put(self, name: str, adapter_key: str, summary: dict) -> None:
+        f = self._file(name)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"name": name, "adapter": adapter_key, "key": self.key, "summary": summary}))
+        tmp.replace(f)
+
+
+def _digest(adapter_dir: str) -> str:
+    """Content hash of an adapter directory's files: a retrained adapter at the same path is re-evaluated."""
+    import hashlib
+    h = hashlib.sha1()
+    for f in sorted(Path(adapter_dir).iterdir()):
+        if f.is_file():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def summaries_pq(summaries: dict) -> dict:
+    return {name: s["per_question"] for name, s in summaries.items()}
+
+
+def _pairs(per_question: dict[str, dict]) -> dict:
+    """Each PPO system against its SFT start and against naive RAG: EM, F1 and retrieval rate."""
+    from ragrl.eval.stats import paired_bootstrap_diff, paired_diffs
+
+    out = {}
+    for name in per_question:
+        if not name.startswith("SFT + PPO"):
+            continue
+        for base in ("SFT", "naive_rag"):
+            a, b = per_question[base], per_question[name]
+            d = paired_diffs(a, b)
+            shared = sorted(set(a) & set(b))
+            diff, lo, hi, p = paired_bootstrap_diff([a[k]["retrieved"] for k in shared],
+                                                    [b[k]["retrieved"] for k in shared])
+            d["retrieved"] = {"diff": 100 * diff, "ci_lo": 100 * lo, "ci_hi": 100 * hi, "p_value": p}
+            out[f"{name} - {base}"] = d
+    return out
+
+
+def _paired_table(pairs: dict) -> list[str]:
+    from ragrl.eval.stats import format_p
+
+    def cell(d):
+        return f"{d['diff']:+.1f} [{d['ci_lo']:+.1f}, {d['ci_hi']:+.1f}]"
+    md = ["", "| paired | ΔEM [95% CI] | ΔF1 [95% CI], p | Δretrieval rate [95% CI] |", "|---|---|---|---|"]
+    for name, d in pairs.items():
+        md.append(f"| {name} | {cell(d['em'])} | {cell(d['f1'])}, p {format_p(d['f1']['p_value'])} | "
+                  f"{cell(d['retrieved'])} |")
+    return md + [""]
+
+
+def _training_curves(ppo: list[str], out: Path) -> list[str]:
+    """Searches per episode and EM + F1 over PPO steps, one line per cost, read from each run's
+    metrics.jsonl (the run dir holding the adapter); a table of the last 10 steps' means."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    runs = {}
+    for spec in ppo:
+        cost, adapter = spec.split("=", 1)
+        metrics = Path(adapter).resolve().parent / "metrics.jsonl"
+        if metrics.is_file():
+            by_step = {}
+            for line in metrics.read_text().splitlines():
+                row = json.loads(line)
+                by_step[row["step"]] = row   # a resumed run logs a step again: keep the last
+            runs[cost] = [by_step[k] for k in sorted(by_step)]
+    if not runs:
+        return []
+    fig = Figure(figsize=(10, 3.5))
+    md = ["## training (each run's metrics.jsonl; 8 questions x 2 samples a step)", "",
+          "| cost | steps | searches/episode, first 5 steps | last 10 steps | EM + F1, first 5 | last 10 |",
+          "|---|---|---|---|---|---|"]
+    for i, (key, title) in enumerate([("searches", "searches per episode"), ("em_f1", "EM + F1 (training batch)")]):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for cost, rows in runs.items():
+            ys = [r["em"] + r["f1"] if key == "em_f1" else r[key] for r in rows]
+            ema, acc = [], ys[0]
+            for y in ys:   # smoothed: a step is only 16 episodes
+                acc = 0.8 * acc + 0.2 * y
+                ema.append(acc)
+            ax.plot([r["step"] for r in rows], ema, label=f"cost {cost}")
+        ax.set_title(title + " (EMA 0.8)")
+        ax.set_xlabel("PPO step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for cost, rows in runs.items():
+        def mean(rs, f):
+            return sum(f(r) for r in rs) / len(rs)
+        md.append(f"| {cost} | {len(rows)} | {mean(rows[:5], lambda r: r['searches']):.2f} | "
+                  f"{mean(rows[-10:], lambda r: r['searches']):.2f} | {mean(rows[:5], lambda r: r['em'] + r['f1']):.3f} | "
+                  f"{mean(rows[-10:], lambda r: r['em'] + r['f1']):.3f} |")
+    fig.tight_layout()
+    FigureCanvasAgg(fig)
+    fig.savefig(out.with_name(out.name + "_training.png"), dpi=100)
+    return md + [""]
 
 
 def _data(corpus: str):

@@ -120,6 +120,41 @@ def test_closed_book_check_reads_the_models_answers(sample):
     assert closed_book_right(Replies(), [sample, other]) == [True, False]
 
 
+def test_closed_book_cover_em_counts_an_answer_said_in_a_sentence_but_not_one_copied_from_the_question():
+    from ragrl.rollout.engine import Generation
+    from ragrl.train.sft_smartrag import closed_book_right
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    samples = [dict(id="a", question="In what country is Kuczynka?", answers=["Poland"]),
+               dict(id="b", question="What is the capital of Waupaca County?", answers=["Waupaca"]),
+               dict(id="c", question="Who wrote Hamlet?", answers=["William Shakespeare"])]
+    replies = ["Kuczynka is a village in southern Poland.", "Waupaca County is a county in Wisconsin.",
+               "Hamlet was written by Charles Dickens."]
+
+    class Replies:
+        tokenizer = tok
+
+        def generate(self, prompts, params):
+            out = []
+            for x in replies[:len(prompts)]:
+                ids = tok.encode(x, add_special_tokens=False)
+                out.append([Generation(ids, [-0.1] * len(ids), "eos", None, text=x)])
+            return out
+
+    assert closed_book_right(Replies(), samples, criterion="em") == [False, False, False]
+    assert closed_book_right(Replies(), samples, criterion="cover_em") == [True, False, False]
+
+
+def test_known_if_is_refused_with_a_builder_that_does_not_read_it():
+    from ragrl.errors import ConfigError
+    from ragrl.train.check import check_combinations
+    from ragrl.train.recipe import load_train_config
+
+    cfg = load_train_config("search_r1_grpo", ["sft.known_if=cover_em"], variant="tiny")
+    with pytest.raises(ConfigError, match="sft.known_if"):
+        check_combinations(cfg)
+
+
 def test_smartrag_ppo_recipe_runs_with_adaptive_kl_in_the_reward(tiny_model_dir, demo_bm25_dir, tmp_path):
     """Two PPO steps of the tiny recipe on a tiny random model: value head, KL in the reward, and
     RL4LMs' controller moving the coefficient by at most 2% per update."""

@@ -195,7 +195,7 @@ def test_make_reward_weights_and_options():
 def test_make_reward_errors_are_clear():
     with pytest.raises(ConfigError, match="unknown reward 'exact'; known rewards: .*em.*f1"):
         make_reward({"exact": 1.0})
-    with pytest.raises(ConfigError, match="reward 'search_cost': bad options \\['price'\\]"):
+    with pytest.raises(ConfigError, match="reward 'search_cost': unknown option\\(s\\) \\['price'\\]"):
         make_reward({"search_cost": {"price": 0.1}})
     with pytest.raises(ConfigError, match="weight must be a finite number"):
         make_reward({"f1": "high"})

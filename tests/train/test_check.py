@@ -93,6 +93,22 @@ def test_a_retriever_policy_without_a_generator_refuses_an_answer_reward(tmp_pat
         Trainer(cfg)
 
 
+def test_a_typo_in_a_reward_option_is_refused_before_the_sft_warm_start(tmp_path, monkeypatch):
+    from ragrl.train import recipe
+
+    # smartrag_ppo warm-starts by SFT (minutes on a CPU): the typo must fail before it
+    monkeypatch.setattr(recipe, "sft_warm_start", lambda *a, **k: pytest.fail("the SFT warm start ran"))
+    cfg = load_train_config("smartrag_ppo", ["reward.smartrag.cots=0.1", f"out_dir={tmp_path / 'run'}"], "tiny")
+    with pytest.raises(ConfigError, match=r"reward 'smartrag': unknown option\(s\) \['cots'\]; it takes .*'cost'"):
+        recipe.run_recipe(cfg)
+    assert not (tmp_path / "run").exists()
+    # the retrieval cost is smartrag's own option: a second search_cost term would charge it twice
+    cfg = load_train_config("smartrag_ppo", ["reward.search_cost=0.5", f"out_dir={tmp_path / 'run'}"], "tiny")
+    with pytest.raises(ConfigError, match="smartrag already charges its cost per retrieval.*reward.smartrag.cost"):
+        recipe.run_recipe(cfg)
+    assert not (tmp_path / "run").exists()
+
+
 def test_check_flag_validates_and_trains_nothing(tmp_path, demo_bm25_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "ragrl.cli.main", "train", "search_r1_grpo", "--variant", "tiny", "--check",

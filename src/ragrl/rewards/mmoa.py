@@ -13,6 +13,17 @@ whether its output earned the penalty (`metrics["penalized"]`); this reads only 
 >>> t.agent, t.metrics["penalized"] = "rewriter", True
 >>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}), 4)      # rewriter penalty 0.5
 0.0
+
+`selector_gold` (off by default; not in the paper) adds, to the selector's reward only, that
+weight times the F1 of its kept documents against the question's gold passages: a dense signal
+for a generator too weak for its answers' F1 to say which documents helped.
+
+>>> t.agent, t.metrics = "selector", {"penalized": False, "selector_precision": 0.5, "selector_recall": 1.0}
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=1.0), 4)   # 0.5 + F1(0.5, 1)
+1.1667
+>>> t.agent = "generator"
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=1.0), 4)   # other agents: F1 only
+0.5
 """
 from __future__ import annotations
 
@@ -22,12 +33,20 @@ from ragrl.rollout.trajectory import Trajectory
 
 
 def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_penalty: float = 1.0,
-                generator_penalty: float = 1.0) -> float:
-    """Shared answer F1 − the acting agent's penalty when its output earned one."""
+                generator_penalty: float = 1.0, selector_gold: float = 0.0) -> float:
+    """Shared answer F1 − the acting agent's penalty when its output earned one (+ the selector's
+    gold-passage F1 × `selector_gold`)."""
     if not isinstance(completion, Trajectory):
         raise RagrlError("mmoa needs a Trajectory from the pipeline runner (it records the agent)")
     penalties = {"rewriter": rewriter_penalty, "selector": selector_penalty, "generator": generator_penalty}
     if completion.agent not in penalties:
         raise RagrlError(f"mmoa: unknown agent {completion.agent!r}; expected one of {', '.join(penalties)}")
     f1 = f1_score(completion.answer or "", golds_of(completion, sample))
-    return f1 - (penalties[completion.agent] if completion.metrics.get("penalized") else 0.0)
+    reward = f1 - (penalties[completion.agent] if completion.metrics.get("penalized") else 0.0)
+    if selector_gold and completion.agent == "selector":
+        if "selector_recall" not in completion.metrics:
+            raise RagrlError("mmoa selector_gold: the question has no gold_passage_ids to score the selection "
+                             "against; use training questions with gold passages or selector_gold=0")
+        p, r = completion.metrics["selector_precision"], completion.metrics["selector_recall"]
+        reward += selector_gold * (2 * p * r / (p + r) if p + r else 0.0)
+    return reward

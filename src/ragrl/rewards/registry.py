@@ -92,9 +92,9 @@ def _term(name: Any, value: Any) -> RewardTerm:
         inspect.signature(REWARDS[name]).bind(None, None, **options)
     except TypeError:
         allowed = [p for p in inspect.signature(REWARDS[name]).parameters if p not in ("completion", "sample")]
-        raise ConfigError(
-            f"reward {name!r}: bad options {sorted(options)}; it takes weight and {allowed or 'nothing else'}"
-        ) from None
+        unknown = sorted(set(options) - set(allowed))
+        what = f"unknown option(s) {unknown}" if unknown else f"bad options {sorted(options)}"
+        raise ConfigError(f"reward {name!r}: {what}; it takes weight and {allowed or 'nothing else'}") from None
     if "protocol" in options and options["protocol"] is not None:
         from ragrl.agents.registry import get_protocol
 

@@ -53,11 +53,21 @@ def check_combinations(cfg: TrainConfig) -> None:
                 raise ConfigError(f"reward {', '.join(reading)} (from step {start}) scores an answer, but "
                                   "retriever.generator is null: no answer is generated; set a generator or use "
                                   "gold_recall or answer_in_docs")
+    if cfg.sft.known_if != "em" and cfg.sft.builder != "smartrag":
+        raise ConfigError(f"sft.known_if={cfg.sft.known_if} is read only by sft.builder=smartrag (the builder is "
+                          f"{cfg.sft.builder}); drop it or set sft.builder=smartrag")
     if cfg.retriever.hops < 1:
         raise ConfigError(f"retriever.hops must be >= 1, got {cfg.retriever.hops}")
     if cfg.retriever.hops > 1 and cfg.retriever.generator:
         raise ConfigError("retriever.hops: with a generator, the generator decides when to search again; "
                           "set retriever.hops=1 or retriever.generator=null")
+    from ragrl.rewards.registry import make_reward
+
+    for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
+        names = {t.name for t in make_reward(spec).terms}   # a typo fails here, not after the SFT warm start
+        if {"smartrag", "search_cost"} <= names:
+            raise ConfigError(f"reward (from step {start}): smartrag already charges its cost per retrieval, so "
+                              "search_cost would charge it twice; set reward.smartrag.cost instead")
     check_index_matches_corpus(cfg)
     if cfg.policy == "retriever" and cfg.shard_params:
         raise ConfigError("shard_params: a retriever policy cannot be sharded with FSDP; set shard_params=false")

@@ -91,6 +91,8 @@ class SFTConfig:
     # How episodes are built: gold search episodes (+ direct_frac), or SmartRAG's (answer directly
     # where the base model is right closed-book, else search and answer from the documents).
     builder: Literal["gold_search", "smartrag", "mmoa"] = "gold_search"
+    # SmartRAG builder: what counts as "already right" closed-book (ragrl.train.sft_smartrag).
+    known_if: Literal["em", "cover_em"] = "em"
     max_questions: int | None = None      # train questions used to build episodes (None: all)
 
 

@@ -106,7 +106,8 @@ def smartrag_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
     passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
                 if (i := corpus.row(pid)) is not None}
     model.eval()
-    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size), samples, cfg.seed)
+    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size), samples, cfg.seed,
+                              cfg.sft.known_if)
     trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
                                      cfg.rollout, cfg.seed)
     log.info("SmartRAG SFT: %d answer directly (right closed-book), %d search, %d dropped (answer not in "
@@ -144,10 +145,12 @@ def answer_visible(traj) -> bool:
 
 def run_recipe(cfg: TrainConfig, *, resume: bool = False) -> Path:
     """SFT warm start (if cfg.sft.steps and no init adapter), then RL; returns the run dir."""
+    from ragrl.train.check import check_combinations
     from ragrl.train.distributed import close_distributed
     from ragrl.train.policy import build_policy
     from ragrl.train.trainer import Trainer, default_retriever
 
+    check_combinations(cfg)   # a bad setting fails now, not after the SFT warm start
     run_dir = Path(cfg.out_dir)
     retriever = None   # the setup builds what its policy needs (a retriever policy samples its own)
     sft_adapter = run_dir / "sft" / "adapter"
