@@ -19,8 +19,8 @@ SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:ev
 
 
 def selector_f1(t) -> float:
-    p, r = t.metrics.get("selector_precision", 0.0), t.metrics.get("selector_recall", 0.0)
-    return 2 * p * r / (p + r) if p + r else 0.0
+    from ragrl.rewards.mmoa import selector_f1 as f1_of_metrics
+    return f1_of_metrics(t.metrics)
 
 
 def main() -> None:

@@ -80,7 +80,8 @@ def main() -> None:
                 s = summarize(r["trajectories"], r["wall_s"], per_question=True)
                 for t in r["trajectories"]:   # retrieval as a per-question score, so it pairs like EM and F1
                     s["per_question"][t.sample_id]["retrieved"] = float(t.num_searches > 0)
-                s["retrieval_rate"] = 100 * sum(t.num_searches > 0 for t in r["trajectories"]) / len(r["trajectories"])
+                rows = s["per_question"].values()
+                s["retrieval_rate"] = 100 * sum(row["retrieved"] for row in rows) / len(rows)
                 cache.put(name, adapter_key, s)
             summaries[name] = s
 

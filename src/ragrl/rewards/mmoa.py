@@ -47,6 +47,16 @@ def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_pena
         if "selector_recall" not in completion.metrics:
             raise RagrlError("mmoa selector_gold: the question has no gold_passage_ids to score the selection "
                              "against; use training questions with gold passages or selector_gold=0")
-        p, r = completion.metrics["selector_precision"], completion.metrics["selector_recall"]
-        reward += selector_gold * (2 * p * r / (p + r) if p + r else 0.0)
+        reward += selector_gold * selector_f1(completion.metrics)
     return reward
+
+
+def selector_f1(metrics: dict) -> float:
+    """F1 of the selector's kept documents against the gold passages, from the pipeline runner's
+    `selector_precision` / `selector_recall` (0 where they are missing).
+
+    >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}), selector_f1({})
+    (0.6666666666666666, 0.0)
+    """
+    p, r = metrics.get("selector_precision", 0.0), metrics.get("selector_recall", 0.0)
+    return 2 * p * r / (p + r) if p + r else 0.0
