@@ -23,6 +23,12 @@ def selector_f1(t) -> float:
     return f1_of_metrics(t.metrics)
 
 
+def _paired_row(name: str, d: dict) -> str:
+    f, s = d["f1"], d["selector_f1"]
+    return (f"| {name} | {100 * f[0]:+.1f} [{100 * f[1]:+.1f}, {100 * f[2]:+.1f}], p {f[3]:.3f} | "
+            f"{100 * s[0]:+.1f} [{100 * s[1]:+.1f}, {100 * s[2]:+.1f}], p {s[3]:.3f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sft", required=True)
@@ -37,6 +43,7 @@ def main() -> None:
     from ragrl.datasets import load_questions
     from ragrl.eval.harness import EvalConfig, evaluate
     from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.models.agent_adapters import load_agent_adapters, set_agent_adapters
     from ragrl.models.policy import load_policy
     from ragrl.rollout.episode import RolloutConfig
     from ragrl.rollout.hf_engine import HFEngine
@@ -49,21 +56,30 @@ def main() -> None:
     # peft adapter names may not hold dots or spaces: a slot per system
     slot = {name: f"a{i}" for i, name in enumerate(adapters)}
     model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name=slot["SFT"])
+    per_agent = {}   # system -> {agent: adapter}, for runs with agent_adapters=per_agent
     for name, path in adapters.items():
         if name != "SFT":
-            model.load_adapter(path, adapter_name=slot[name])
+            mapping = load_agent_adapters(model, path, prefix=f"{slot[name]}_")
+            if mapping:
+                per_agent[name] = mapping
+            else:
+                model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
     result: dict = {"settings": {"n": args.n, "adapters": adapters, "index": "bm25 over the full corpus"}, "sets": {}}
     md = ["# MMOA-RAG (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
+    pooled: dict[str, dict[str, list]] = {}   # system -> metric -> per-question values, both sets in order
     for set_name, path in SETS.items():
         samples = load_questions(path, limit=args.n)
         per: dict = {}
+        set_agent_adapters(model, None)
         with model.disable_adapter():
             res = evaluate(engine, retriever, samples, EvalConfig(systems=["naive_rag"], n=len(samples), topk=3))
         per["naive_rag"] = res["naive_rag"]["trajectories"]
         for name in adapters:
-            model.set_adapter(slot[name])
+            set_agent_adapters(model, per_agent.get(name))
+            if name not in per_agent:
+                model.set_adapter(slot[name])
             res = evaluate(engine, retriever, samples, EvalConfig(agent="mmoa", systems=["agent"], n=len(samples),
                                                                  rollout=rollout))
             per[name] = res["mmoa"]["trajectories"]
@@ -85,6 +101,10 @@ def main() -> None:
                 "f1": paired_bootstrap_diff([t.metrics["f1"] for t in per["SFT"]], [t.metrics["f1"] for t in per[name]]),
                 "selector_f1": paired_bootstrap_diff([selector_f1(t) for t in per["SFT"]],
                                                      [selector_f1(t) for t in per[name]])}
+        for name in adapters:
+            p = pooled.setdefault(name, {"f1": [], "selector_f1": []})
+            p["f1"] += [t.metrics["f1"] for t in per[name]]
+            p["selector_f1"] += [selector_f1(t) for t in per[name]]
         result["sets"][set_name] = {"systems": rows, "paired": pairs}
         md += [f"## {set_name} (first {args.n})", "", "| system | EM | F1 | selector P | selector R | selector F1 | sub-q/q |",
                "|---|---|---|---|---|---|---|"]
@@ -93,12 +113,17 @@ def main() -> None:
             md.append(f"| {name} | {fmt(r['em'])} | {fmt(r['f1'])} | {fmt(r.get('selector_precision'))} | "
                       f"{fmt(r.get('selector_recall'))} | {fmt(r.get('selector_f1'))} | {r.get('subquestions_per_q', 1):.2f} |")
         md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
-        for name, d in pairs.items():
-            f, s = d["f1"], d["selector_f1"]
-            md.append(f"| {name} | {100 * f[0]:+.1f} [{100 * f[1]:+.1f}, {100 * f[2]:+.1f}], p {f[3]:.3f} | "
-                      f"{100 * s[0]:+.1f} [{100 * s[1]:+.1f}, {100 * s[2]:+.1f}], p {s[3]:.3f} |")
+        md += [_paired_row(name, d) for name, d in pairs.items()]
         md.append("")
         Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
+    # Both sets pooled: one paired test per trained system (questions paired with themselves).
+    result["pooled"] = {"n": len(pooled["SFT"]["f1"]), "paired": {
+        f"{name} - SFT": {k: paired_bootstrap_diff(pooled["SFT"][k], pooled[name][k]) for k in ("f1", "selector_f1")}
+        for name in adapters if name != "SFT"}}
+    md += [f"## both sets pooled ({result['pooled']['n']} questions)", "",
+           "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
+    md += [_paired_row(name, d) for name, d in result["pooled"]["paired"].items()]
+    Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
     Path(args.out).with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md))
 

@@ -140,3 +140,99 @@ def test_sft_examples_target_gold_passages_and_answers(index):
             assert parse_selection(target, 10)[1] is False
         if t.agent == "generator":
             assert target == next(s for s in samples if str(s["id"]) == t.sample_id)["answers"][0]
+
+
+def _lora_state(model, adapter):
+    from peft import get_peft_model_state_dict
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model, adapter_name=adapter).items()}
+
+
+def test_per_agent_adapters_train_only_unfrozen_agents_and_export_one_folder_each(tiny_model_dir, demo_bm25_dir,
+                                                                                  tmp_path):
+    """agent_adapters=per_agent: one LoRA copy per agent; with the selector and generator frozen, one
+    MAPPO step changes the rewriter's adapter (the random model's rewrites are penalized, so its
+    advantages are not zero) and leaves theirs bit-identical; the export holds one folder per
+    agent, and `load_adapters` reads it back as per-agent adapters."""
+    from ragrl.models.agent_adapters import agent_adapter_map, load_adapters
+    from ragrl.models.policy import load_policy
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    out = tmp_path / "per_agent"
+    cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
+                                           f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
+                                           "questions_per_step=2", "sft.steps=0", "save_every=10", "lr=1e-2",
+                                           f"out_dir={out}", "agent_adapters=per_agent",
+                                           "frozen_agents=[selector,generator]"], variant="tiny")
+    trainer = Trainer(cfg)
+    model = trainer.policy.module
+    assert agent_adapter_map(model) == {a: a for a in ("rewriter", "selector", "generator")}
+    assert "default" not in model.peft_config
+    before = {a: _lora_state(model, a) for a in ("rewriter", "selector", "generator")}
+    trainer.train(progress=False)
+    after = {a: _lora_state(model, a) for a in ("rewriter", "selector", "generator")}
+    for frozen in ("selector", "generator"):
+        assert all(torch.equal(before[frozen][k], after[frozen][k]) for k in before[frozen])
+    assert any(not torch.equal(before["rewriter"][k], after["rewriter"][k]) for k in before["rewriter"])
+    final = out / "final_adapter"
+    assert {p.name for p in final.iterdir() if p.is_dir()} >= {"rewriter", "selector", "generator"}
+    base, _ = load_policy(str(tiny_model_dir))
+    loaded = load_adapters(base, final)
+    assert agent_adapter_map(loaded) == {a: a for a in ("rewriter", "selector", "generator")}
+    got = _lora_state(loaded, "rewriter")
+    assert all(torch.allclose(got[k], after["rewriter"][k]) for k in got)
+
+
+def test_per_agent_forward_runs_each_row_under_its_own_agents_adapter(tiny_model_dir):
+    """A mixed batch (rows of two agents) gives each row what that agent's adapter alone gives it,
+    so a row's log-probs and values never come from another agent's weights; gradients reach only
+    the adapters of the rows' agents."""
+    from peft import LoraConfig, get_peft_model
+
+    from ragrl.models.agent_adapters import agent_adapter, make_agent_adapters
+    from ragrl.models.policy import load_policy
+    from ragrl.policy.lm import LMPolicy
+    from ragrl.rollout.trajectory import Trajectory
+    from ragrl.train.policy import ValueHead
+
+    base, tok = load_policy(str(tiny_model_dir))
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    make_agent_adapters(model, ["rewriter", "selector", "generator"], trainable={"rewriter", "selector"})
+    g = torch.Generator().manual_seed(0)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:                       # zero at init: make the agents differ
+            p.data.normal_(0, 0.5, generator=g)
+    head = ValueHead(model.config.hidden_size)
+    torch.nn.init.normal_(head.proj.weight, std=0.5)
+    policy = LMPolicy(model, tok, head, agents=("rewriter", "selector", "generator"))
+    trajs = [Trajectory(sample_id=str(i), question="q", golds=[], token_ids=list(range(5 + i, 25 + 2 * i)),
+                        action_mask=[0] * 6 + [1] * (14 + i), logprobs=[0.0] * (20 + i), prompt_len=6, group=i,
+                        agent=agent) for i, agent in enumerate(["selector", "rewriter", "selector", "rewriter"])]
+    batch = policy.collate(trajs)
+    assert batch.agent_ids.tolist() == [1, 0, 1, 0]
+    out = policy.forward(batch, with_values=True)
+    for i, t in enumerate(trajs):
+        with agent_adapter(model, t.agent), torch.no_grad():
+            alone = LMPolicy(model, tok, head).forward(policy.collate([t]).select([0]), with_values=True)
+        n = len(t.token_ids)
+        assert torch.allclose(out["logprobs"][i, :n], alone["logprobs"][0], atol=1e-5)
+        assert torch.allclose(out["values"][i, :n], alone["values"][0], atol=1e-5)
+    model.zero_grad()
+    (out["logprobs"].sum() + out["values"].sum()).backward()
+    grads = {a: sum(float(p.grad.abs().sum()) for n, p in model.named_parameters()
+                    if f".{a}." in n and p.grad is not None) for a in ("rewriter", "selector", "generator")}
+    assert grads["rewriter"] > 0 and grads["selector"] > 0 and grads["generator"] == 0
+
+
+def test_agent_settings_that_cannot_apply_are_refused():
+    from ragrl.train.check import check_agents
+    from ragrl.train.recipe import load_train_config
+
+    with pytest.raises(ConfigError, match="'retriever' is not an agent of 'mmoa'"):
+        check_agents(load_train_config("mmoa_mappo", ["frozen_agents=[retriever]"], variant="tiny"))
+    with pytest.raises(ConfigError, match="single policy"):
+        check_agents(load_train_config("search_r1_grpo", ["agent_adapters=per_agent"], variant="tiny"))
+    with pytest.raises(ConfigError, match="frozen_agents"):
+        check_agents(load_train_config("search_r1_grpo", ["frozen_agents=[generator]"], variant="tiny"))
+    with pytest.raises(ConfigError, match="model.lora is false"):
+        check_agents(load_train_config("mmoa_mappo", ["agent_adapters=per_agent", "model.lora=false"], variant="tiny"))

@@ -276,3 +276,26 @@ def test_progress_bar_counts_time_under_a_budget_and_steps_otherwise():
     task = stepped.p.tasks[0]
     stepped.close()
     assert task.total == 10 and task.completed == 4 and task.fields["step"] == 4
+
+
+def test_prepare_returns_each_rows_values_in_its_own_row_after_length_sorted_micro_batches(tiny_model_dir):
+    """prepare runs micro batches in length order (an MMOA selector row is ~8x a rewriter row);
+    the values and reference log-probs must still land in the rows they belong to."""
+    model, _, value_head = policy(tiny_model_dir, value_head=True)
+    torch.nn.init.normal_(next(value_head.parameters()), std=0.5)    # zero-initialised otherwise
+    lengths = [40, 15, 38, 16, 30, 20]                                 # long and short rows interleaved
+    batch = synthetic_batch(model, lengths=lengths)
+    cfg = AlgoConfig(estimator="gae", kl_coef=0.1, minibatch_size=6, micro_batch_size=2)
+    prep = prepare(LMPolicy(model, None, value_head), batch, cfg, 0.1, cfg.micro_batch_size)
+    lp = LMPolicy(model, None, value_head)
+    m = batch.action_mask.bool()
+    with torch.no_grad():
+        for i in range(len(lengths)):            # one row at a time: no padding, no reordering
+            row = batch.select([i])
+            n = row.action_mask.shape[1]
+            values = lp.forward(row, with_values=True)["values"][0]
+            with lp.reference():
+                ref = lp.forward(row)["logprobs"][0]
+            assert torch.allclose(prep.old_values[i, :n][m[i, :n]], values[m[i, :n]], atol=1e-4)
+            assert torch.allclose(prep.ref_logprobs[i, :n][m[i, :n]], ref[m[i, :n]], atol=1e-4)
+    assert prep.old_values[m].abs().sum() > 0

@@ -34,6 +34,8 @@ class Protocol:
     name: str = "base"
     #: strings that end a generation turn (the closing tag of an action)
     stop_strings: list[str] = []
+    #: the names of its agents where one episode holds several (MMOA-RAG); () for a single policy
+    agents: tuple[str, ...] = ()
 
     def messages(self, question: str) -> list[dict[str, str]]:
         """Chat messages that open an episode (the engine applies the chat template)."""

@@ -93,6 +93,7 @@ class MMOAProtocol(Protocol):
     name = "mmoa"
     runner = "pipeline"
     answering_agent = "generator"      # whose trajectory an evaluation scores
+    agents = AGENTS
     stop_strings: list[str] = []
 
     def __init__(self, passage_words: int = 40):

@@ -152,10 +152,10 @@ def register(app: typer.Typer) -> None:
             if not chosen:
                 return
         lm, tok = load_policy(model, device=torch_device)
-        if adapter is not None:
-            from peft import PeftModel
+        if adapter is not None:   # one shared LoRA adapter, or one per agent (MMOA-RAG per_agent)
+            from ragrl.models.agent_adapters import load_adapters
 
-            lm = PeftModel.from_pretrained(lm, str(adapter))
+            lm = load_adapters(lm, adapter)
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size)
         if search_threshold is not None:
             from ragrl.agents.registry import get_protocol

@@ -6,7 +6,8 @@ pipelines of a question yields three trajectories, one per agent (`traj.agent`),
 three carry the pipeline's final answer (`traj.answer`), so the shared answer F1 scores each of
 them the same, and `metrics["penalized"]` flags that agent's own penalty (ragrl.agents.mmoa).
 The selector decodes under a grammar (`SamplingParams.allowed_tokens`): only `Document<d>` ids,
-commas and end of sequence.
+commas and end of sequence. Where the model has one LoRA adapter per agent, each agent generates
+with its own (ragrl.models.agent_adapters); otherwise all share one.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ragrl.agents.mmoa import (AGENTS, MMOAProtocol, generator_penalized, parse_selection, parse_subquestions,
                                selector_grammar, split_budget)
+from ragrl.models.agent_adapters import agent_adapter
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.engine import Engine, SamplingParams
 from ragrl.rollout.episode import RolloutConfig, chat_ids
@@ -56,7 +58,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
                                  seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
                                  allowed_tokens=allowed[k] if allowed else None) for k in range(len(prompts))]
         t0 = time.perf_counter()
-        gens = engine.generate(prompts, params)
+        with agent_adapter(getattr(engine, "model", None), agent):   # per-agent LoRA: this agent's
+            gens = engine.generate(prompts, params)
         stats["generate_s"] += time.perf_counter() - t0
         for pipe, p, g in zip(pipes, prompts, gens):
             g = g[0]

@@ -21,6 +21,9 @@ class TrajBatch:
     old_logprobs: torch.Tensor     # [B, L] float, sampling log-probs (0 off the action mask)
     scores: torch.Tensor           # [B] float, outcome reward per trajectory
     group_ids: torch.Tensor        # [B] long
+    # [B] long: each row's agent, an index into the policy's agent names (-1: none). Only where
+    # the agents have adapters of their own (MMOA-RAG, agent_adapters: per_agent); else None.
+    agent_ids: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -37,11 +40,12 @@ class TrajBatch:
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs,
-                self.scores, self.group_ids)
+                self.scores, self.group_ids) + (() if self.agent_ids is None else (self.agent_ids,))
 
 
-def collate(trajs: list[Trajectory], pad_id: int) -> TrajBatch:
-    """Right-pad trajectories into a TrajBatch (scores from `traj.reward`)."""
+def collate(trajs: list[Trajectory], pad_id: int, agents: tuple[str, ...] = ()) -> TrajBatch:
+    """Right-pad trajectories into a TrajBatch (scores from `traj.reward`); with `agents`, each
+    row's `agent_ids` is its trajectory's agent's index in them (-1 for none of them)."""
     length = max(len(t.token_ids) for t in trajs)
     B = len(trajs)
     ids = torch.full((B, length), pad_id, dtype=torch.long)
@@ -57,5 +61,7 @@ def collate(trajs: list[Trajectory], pad_id: int) -> TrajBatch:
         act[i, :n] = torch.tensor(t.action_mask, dtype=torch.float32)
         old[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
     act[:, 0] = 0.0  # position 0 has no preceding context to predict it from
+    agent_ids = torch.tensor([agents.index(t.agent) if t.agent in agents else -1 for t in trajs],
+                             dtype=torch.long) if agents else None
     return TrajBatch(ids, attn, act, old, torch.tensor([t.reward for t in trajs], dtype=torch.float32),
-                     torch.tensor([t.group for t in trajs], dtype=torch.long))
+                     torch.tensor([t.group for t in trajs], dtype=torch.long), agent_ids)

@@ -56,6 +56,7 @@ def check_combinations(cfg: TrainConfig) -> None:
     if cfg.sft.known_if != "em" and cfg.sft.builder != "smartrag":
         raise ConfigError(f"sft.known_if={cfg.sft.known_if} is read only by sft.builder=smartrag (the builder is "
                           f"{cfg.sft.builder}); drop it or set sft.builder=smartrag")
+    check_agents(cfg)
     if cfg.retriever.hops < 1:
         raise ConfigError(f"retriever.hops must be >= 1, got {cfg.retriever.hops}")
     if cfg.retriever.hops > 1 and cfg.retriever.generator:
@@ -138,3 +139,25 @@ def check_everything(cfg: TrainConfig) -> list[str]:
 
 
 __all__ = ["check_combinations", "check_everything", "RagrlError"]
+
+
+def check_agents(cfg: TrainConfig) -> None:
+    """frozen_agents and agent_adapters name agents the protocol has (MMOA-RAG's three)."""
+    if not cfg.frozen_agents and cfg.agent_adapters == "shared":
+        return
+    from ragrl.agents.registry import get_protocol
+
+    agents = tuple(get_protocol(cfg.agent).agents)
+    unknown = [a for a in cfg.frozen_agents if a not in agents]
+    if unknown:
+        raise ConfigError(f"frozen_agents: {', '.join(map(repr, unknown))} is not an agent of {cfg.agent!r} "
+                          f"(its agents: {', '.join(agents) or 'none, it is a single policy'})")
+    if cfg.agent_adapters == "per_agent":
+        why = ("agent " + repr(cfg.agent) + " is a single policy" if not agents else
+               "model.lora is false" if not cfg.model.lora else
+               "model.engine is " + cfg.model.engine + " (only hf switches adapters per agent)"
+               if cfg.model.engine != "hf" else
+               "shard_params is on (FSDP with several adapters is untested)" if cfg.shard_params is True else "")
+        if why:
+            raise ConfigError(f"agent_adapters=per_agent gives each agent its own LoRA adapter, but {why}; "
+                              "use agent_adapters=shared")

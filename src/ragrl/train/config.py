@@ -168,3 +168,6 @@ class TrainConfig:
     # e.g. [rewriter, selector] trains only the generator). With one shared LoRA adapter this
     # removes their samples from the update; their prompts still share the adapter.
     frozen_agents: list[str] = field(default_factory=list)
+    # shared: the agents share one LoRA adapter (the released MMOA-RAG code). per_agent: each agent
+    # gets its own copy of it (ragrl.models.agent_adapters), so a frozen agent's adapter never changes.
+    agent_adapters: Literal["shared", "per_agent"] = "shared"

@@ -139,6 +139,8 @@ def freeze_reference(model: nn.Module) -> None:
 def reference_context(model: nn.Module):
     """Context in which `model` computes the reference policy: the frozen `reference` adapter
     when `freeze_reference` made one, else the base model (LoRA adapters off)."""
+    from ragrl.models.agent_adapters import restore_active
+
     m = model.module if hasattr(model, "module") and hasattr(model.module, "disable_adapter") else model
     if REFERENCE_ADAPTER in getattr(m, "peft_config", {}):
         active = m.active_adapter
@@ -146,7 +148,7 @@ def reference_context(model: nn.Module):
         try:
             yield
         finally:
-            m.set_adapter(active)   # the reference is frozen again: only `active` trains
+            restore_active(m, active)   # the reference is frozen again; the trainable adapters train
         return
     with (m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()):
         yield

@@ -56,8 +56,15 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     from ragrl.train.policy import build_policy
 
     model, tok, value_head = model_bundle or build_policy(cfg.model, with_value_head=cfg.algo.estimator == "gae")
-    policy = LMPolicy(model, tok, value_head)
     protocol = get_protocol(cfg.agent)
+    if cfg.agent_adapters == "per_agent":   # before the trainer collects the trainable parameters
+        from ragrl.models.agent_adapters import agent_adapter_map, make_agent_adapters
+        if agent_adapter_map(model) is None:
+            make_agent_adapters(model, list(protocol.agents),
+                                trainable={a for a in protocol.agents if a not in cfg.frozen_agents})
+            log.info("one LoRA adapter per agent: %s (frozen: %s)", ", ".join(protocol.agents),
+                     ", ".join(cfg.frozen_agents) or "none")
+    policy = LMPolicy(model, tok, value_head, agents=protocol.agents)
     if retriever is None:
         from ragrl.train.trainer import default_retriever
         retriever = default_retriever(cfg)
@@ -100,6 +107,10 @@ def _agent_eval(engine, retriever, cfg: TrainConfig, samples, seed, per_question
     out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
            for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
     out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
+    trajs = res["trajectories"]
+    if trajs and all("selector_precision" in t.metrics for t in trajs):   # MMOA-RAG: keep_best: selector_f1
+        from ragrl.rewards.mmoa import selector_f1
+        out["selector_f1"] = 100 * sum(selector_f1(t.metrics) for t in trajs) / len(trajs)
     if per_question:
         out["per_question"] = s["per_question"]
     return out

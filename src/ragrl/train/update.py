@@ -47,18 +47,21 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
     ref = values = None
     need_ref = kl_coef > 0
     if need_ref or policy.has_values:
-        ref_parts, val_parts = [], []
         L = mask.shape[1]
         pad = lambda t: torch.nn.functional.pad(t, (0, L - t.shape[1]))  # noqa: E731
+        # float32 targets whatever the mask's dtype: micro batches fill them out of row order.
+        new = lambda: torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # noqa: E731
+        ref = new() if need_ref else None
+        values = new() if policy.has_values else None
+        order = by_length(torch.arange(len(batch)), row_lengths(batch))
         for s in range(0, len(batch), micro_batch_size):
-            mb = batch.select(range(s, min(s + micro_batch_size, len(batch))))
+            idx = order[s: s + micro_batch_size]
+            mb = batch.select(idx)
             if need_ref:
                 with policy.reference():
-                    ref_parts.append(pad(policy.forward(mb)["logprobs"]))
+                    ref[idx] = pad(policy.forward(mb)["logprobs"]).float()
             if policy.has_values:
-                val_parts.append(pad(policy.forward(mb, with_values=True)["values"]))
-        ref = torch.cat(ref_parts) if need_ref else None
-        values = torch.cat(val_parts) if policy.has_values else None
+                values[idx] = pad(policy.forward(mb, with_values=True)["values"]).float()
     token_rewards = place_outcome_reward(batch.scores, mask)
     stats = {}
     if need_ref:
@@ -80,6 +83,24 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
     return Prepared(batch, adv, ret, values, ref, stats)
 
 
+def row_lengths(batch: ActionBatch) -> torch.Tensor | None:
+    """Tokens per row of a token-level batch; None for one without them (a retriever's)."""
+    mask = getattr(batch, "attention_mask", None)
+    return mask.sum(1) if mask is not None else None
+
+
+def by_length(idx: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """`idx` [N] reordered by `lengths[idx]` (ascending, ties kept in order), so consecutive micro
+    batches pad to similar lengths: an MMOA-RAG selector prompt is ~8x its rewriter's, and a
+    shuffled micro batch pads every row to its longest. The minibatch (and so its loss, a sum
+    over micro batches) is unchanged.
+
+    >>> by_length(torch.tensor([4, 0, 2]), torch.tensor([9, 5, 1, 5, 3])).tolist()
+    [2, 4, 0]
+    """
+    return idx if lengths is None else idx[torch.argsort(lengths[idx], stable=True)]
+
+
 def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_coef: float,
                max_grad_norm: float, generator: torch.Generator) -> dict:
     """Run cfg.ppo_epochs over shuffled minibatches; return averaged stats."""
@@ -92,12 +113,13 @@ def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_co
     # make as many optimizer steps per epoch as one process (ranks hold equal row counts).
     world = dist.get_world_size() if is_distributed() else 1
     local_mb = -(-cfg.minibatch_size // world)
+    lengths = row_lengths(batch)
     stats_sum: dict[str, float] = {}
     n_updates = n_micro = 0
     for _ in range(cfg.ppo_epochs):
         order = torch.randperm(B, generator=generator)
         for s in range(0, B, local_mb):
-            mb_idx = order[s: s + local_mb]
+            mb_idx = by_length(order[s: s + local_mb], lengths)
             mask_mb = batch.action_mask[mb_idx]
             # Global denominators: the loss of each micro batch is its share of the minibatch mean.
             denom = all_sum([float(mask_mb.sum()) if agg == "token_mean" else float((mask_mb.sum(1) > 0).sum())])[0]

@@ -1,0 +1,131 @@
+"""One LoRA adapter per agent on one base model (MMOA-RAG's `agent_adapters: per_agent`).
+
+    make_agent_adapters(model, ["rewriter", "selector", "generator"], trainable={"generator"})
+    with agent_adapter(model, "selector"):     # the selector's adapter computes what runs here
+        ...
+
+Each agent's adapter starts as a copy of the model's current one (the SFT warm start, or a fresh
+LoRA), which is then removed, so the agents begin identical and then diverge; save_pretrained
+writes one subfolder per agent (and `reference`, the frozen KL copy, where there is one). The model remembers which adapter is whose
+(`AGENT_ADAPTERS`, an attribute), so the rollout engine and the policy switch by agent name without
+knowing how the model was built, and a model without per-agent adapters switches nothing.
+
+peft's `set_adapter` leaves only the active adapter trainable; switching restores the trainable
+set, so gradients of several agents' micro batches accumulate into one optimizer step and a frozen
+agent's adapter never receives one.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+
+from torch import nn
+
+AGENT_ADAPTERS = "ragrl_agent_adapters"     # model attribute: {agent: adapter name}
+TRAINABLE = "ragrl_trainable_adapters"      # model attribute: adapter names that train
+
+
+def make_agent_adapters(model: nn.Module, agents: list[str], trainable: set[str] | None = None) -> dict[str, str]:
+    """Add one adapter per agent (named after it), each a copy of the active adapter; return the map.
+    `trainable`: the agents whose adapters train (default all)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    if not hasattr(model, "peft_config"):
+        raise ValueError("per-agent adapters need a LoRA (peft) model")
+    source = model.active_adapter
+    state = get_peft_model_state_dict(model, adapter_name=source)
+    for agent in agents:
+        if agent in model.peft_config:
+            raise ValueError(f"the model already has an adapter named {agent!r}")
+        model.add_adapter(agent, copy.deepcopy(model.peft_config[source]))
+        set_peft_model_state_dict(model, state, adapter_name=agent)
+    mapping = {a: a for a in agents}
+    set_agent_adapters(model, mapping, set(agents) if trainable is None else set(trainable))
+    model.delete_adapter(source)    # every agent has its copy; an export then holds only theirs
+    return mapping
+
+
+def set_agent_adapters(model: nn.Module, mapping: dict[str, str] | None, trainable: set[str] = frozenset()) -> None:
+    """Declare which adapter acts for which agent (None: one shared adapter, no switching) and which
+    adapters train. Activates the first agent's adapter."""
+    setattr(model, AGENT_ADAPTERS, dict(mapping) if mapping else None)
+    setattr(model, TRAINABLE, {mapping[a] for a in trainable} if mapping else set())
+    if mapping:
+        _activate(model, next(iter(mapping.values())))
+
+
+def agent_adapter_map(model: nn.Module | None) -> dict[str, str] | None:
+    return getattr(_peft(model), AGENT_ADAPTERS, None) if model is not None else None
+
+
+@contextlib.contextmanager
+def agent_adapter(model: nn.Module, agent: str | None):
+    """Within it, `agent`'s adapter is the active one (nothing changes for a model without
+    per-agent adapters, or an agent it has none for)."""
+    m = _peft(model) if model is not None else None
+    mapping = getattr(m, AGENT_ADAPTERS, None)
+    if not mapping or agent not in mapping:
+        yield
+        return
+    _activate(m, mapping[agent])
+    yield
+
+
+def load_adapters(base: nn.Module, adapter_dir: str | Path) -> nn.Module:
+    """A peft model over `base` holding what `adapter_dir` holds: one shared adapter, or one per
+    agent (then it switches by agent, as in training). Nothing trains."""
+    from peft import PeftModel
+
+    d = Path(adapter_dir)
+    agents = _agent_dirs(d)
+    if not agents:
+        return PeftModel.from_pretrained(base, str(d))
+    model = PeftModel.from_pretrained(base, str(d / agents[0]), adapter_name=agents[0])
+    for agent in agents[1:]:
+        model.load_adapter(str(d / agent), adapter_name=agent)
+    set_agent_adapters(model, {a: a for a in agents})
+    return model
+
+
+def load_agent_adapters(model: nn.Module, adapter_dir: str | Path, prefix: str = "") -> dict[str, str] | None:
+    """Load an exported per-agent adapter folder into a peft model that already has adapters, as
+    adapters named prefix + agent; return {agent: adapter name} (for `set_agent_adapters`), or
+    None when `adapter_dir` is one shared adapter (nothing is loaded)."""
+    d = Path(adapter_dir)
+    agents = _agent_dirs(d)
+    if not agents:
+        return None
+    for agent in agents:
+        model.load_adapter(str(d / agent), adapter_name=prefix + agent)
+    return {a: prefix + a for a in agents}
+
+
+def _agent_dirs(d: Path) -> list[str]:
+    """The per-agent subfolders of an exported adapter folder (save_pretrained writes every adapter
+    but `default` in a subfolder; `reference` is the frozen KL copy, not an agent)."""
+    if not d.is_dir():
+        return []
+    return sorted(p.name for p in d.iterdir() if (p / "adapter_config.json").is_file()
+                  and p.name not in ("reference", "default"))
+
+
+def restore_active(model: nn.Module, name: str) -> None:
+    """`model.set_adapter(name)`, keeping every per-agent trainable adapter trainable."""
+    if getattr(model, AGENT_ADAPTERS, None):
+        _activate(model, name)
+    else:
+        model.set_adapter(name)
+
+
+def _activate(model: nn.Module, name: str) -> None:
+    model.set_adapter(name)
+    trainable = getattr(model, TRAINABLE, set())
+    for pname, p in model.named_parameters():
+        if "lora_" in pname:
+            p.requires_grad_(any(f".{t}." in pname for t in trainable))
+
+
+def _peft(model: nn.Module) -> nn.Module:
+    # FSDP / DDP wrap the peft model as .module
+    return model.module if hasattr(model, "module") and hasattr(model.module, "peft_config") else model
