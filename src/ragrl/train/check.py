@@ -157,7 +157,7 @@ def check_agents(cfg: TrainConfig) -> None:
                "model.lora is false" if not cfg.model.lora else
                "model.engine is " + cfg.model.engine + " (only hf switches adapters per agent)"
                if cfg.model.engine != "hf" else
-               "shard_params is on (FSDP with several adapters is untested)" if cfg.shard_params is True else "")
+               "shard_params is true (FSDP with several adapters is untested)" if cfg.shard_params is True else "")
         if why:
             raise ConfigError(f"agent_adapters=per_agent gives each agent its own LoRA adapter, but {why}; "
                               "use agent_adapters=shared")

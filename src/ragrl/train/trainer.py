@@ -90,6 +90,9 @@ class Trainer:
             if not self.setup.shardable:
                 raise ConfigError(f"shard_params: a {cfg.policy} policy cannot be sharded with FSDP; "
                                   "set shard_params=false (its weights are small)")
+            if cfg.agent_adapters == "per_agent":
+                raise ConfigError("agent_adapters=per_agent: FSDP sharding with several adapters is untested; "
+                                  "set shard_params=false (the adapters are small) or agent_adapters=shared")
             shard_params(self.model)
         self.questions = load_questions(cfg.data.train)
         params = [p for p in self.model.parameters() if p.requires_grad]
