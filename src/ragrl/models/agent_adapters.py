@@ -6,9 +6,10 @@
 
 Each agent's adapter starts as a copy of the model's current one (the SFT warm start, or a fresh
 LoRA), which is then removed, so the agents begin identical and then diverge; save_pretrained
-writes one subfolder per agent (and `reference`, the frozen KL copy, where there is one). The model remembers which adapter is whose
-(`AGENT_ADAPTERS`, an attribute), so the rollout engine and the policy switch by agent name without
-knowing how the model was built, and a model without per-agent adapters switches nothing.
+writes one subfolder per agent (and `reference`, the frozen KL copy, where there is one). The
+model remembers which adapter is whose (`AGENT_ADAPTERS`, an attribute), so the rollout engine
+and the policy switch by agent name without knowing how the model was built, and a model without
+per-agent adapters switches nothing.
 
 peft's `set_adapter` leaves only the active adapter trainable; switching restores the trainable
 set, so gradients of several agents' micro batches accumulate into one optimizer step and a frozen
