@@ -189,7 +189,7 @@ def test_per_agent_forward_runs_each_row_under_its_own_agents_adapter(tiny_model
     the adapters of the rows' agents."""
     from peft import LoraConfig, get_peft_model
 
-    from ragrl.models.agent_adapters import agent_adapter, make_agent_adapters
+    from ragrl.models.agent_adapters import activate_agent, make_agent_adapters
     from ragrl.models.policy import load_policy
     from ragrl.policy.lm import LMPolicy
     from ragrl.rollout.trajectory import Trajectory
@@ -212,7 +212,8 @@ def test_per_agent_forward_runs_each_row_under_its_own_agents_adapter(tiny_model
     assert batch.agent_ids.tolist() == [1, 0, 1, 0]
     out = policy.forward(batch, with_values=True)
     for i, t in enumerate(trajs):
-        with agent_adapter(model, t.agent), torch.no_grad():
+        activate_agent(model, t.agent)
+        with torch.no_grad():
             alone = LMPolicy(model, tok, head).forward(policy.collate([t]).select([0]), with_values=True)
         n = len(t.token_ids)
         assert torch.allclose(out["logprobs"][i, :n], alone["logprobs"][0], atol=1e-5)

@@ -1,8 +1,7 @@
 """One LoRA adapter per agent on one base model (MMOA-RAG's `agent_adapters: per_agent`).
 
     make_agent_adapters(model, ["rewriter", "selector", "generator"], trainable={"generator"})
-    with agent_adapter(model, "selector"):     # the selector's adapter computes what runs here
-        ...
+    activate_agent(model, "selector")          # from here on the selector's adapter computes
 
 Each agent's adapter starts as a copy of the model's current one (the SFT warm start, or a fresh
 LoRA), which is then removed, so the agents begin identical and then diverge; save_pretrained
@@ -17,7 +16,6 @@ agent's adapter never receives one.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 from pathlib import Path
 
@@ -60,17 +58,14 @@ def agent_adapter_map(model: nn.Module | None) -> dict[str, str] | None:
     return getattr(_peft(model), AGENT_ADAPTERS, None) if model is not None else None
 
 
-@contextlib.contextmanager
-def agent_adapter(model: nn.Module, agent: str | None):
-    """Within it, `agent`'s adapter is the active one (nothing changes for a model without
-    per-agent adapters, or an agent it has none for)."""
+def activate_agent(model: nn.Module | None, agent: str | None) -> None:
+    """Make `agent`'s adapter the active one until the next switch (nothing changes for a model
+    without per-agent adapters, or an agent it has none for). Every per-agent generation and
+    forward switches first, so nothing needs restoring afterwards."""
     m = _peft(model) if model is not None else None
     mapping = getattr(m, AGENT_ADAPTERS, None)
-    if not mapping or agent not in mapping:
-        yield
-        return
-    _activate(m, mapping[agent])
-    yield
+    if mapping and agent in mapping:
+        _activate(m, mapping[agent])
 
 
 def load_adapters(base: nn.Module, adapter_dir: str | Path) -> nn.Module:

@@ -12,7 +12,7 @@ import contextlib
 import torch
 from torch import nn
 
-from ragrl.models.agent_adapters import agent_adapter, agent_adapter_map
+from ragrl.models.agent_adapters import activate_agent, agent_adapter_map
 from ragrl.policy.base import ValueHeadPolicy
 from ragrl.train.batch import TrajBatch, collate
 from ragrl.train.policy import ValueHead, forward_actions, reference_context
@@ -43,14 +43,14 @@ class LMPolicy(ValueHeadPolicy):
             return run(batch)
         present = ids.unique().tolist()
         if len(present) == 1:
-            with agent_adapter(self.module, self.agents[present[0]] if present[0] >= 0 else None):
-                return run(batch)
+            activate_agent(self.module, self.agents[present[0]] if present[0] >= 0 else None)
+            return run(batch)
         B, L = batch.input_ids.shape
         out: dict = {}
         for a in present:
             rows = (ids == a).nonzero(as_tuple=True)[0]
-            with agent_adapter(self.module, self.agents[a] if a >= 0 else None):
-                part = run(batch.select(rows))
+            activate_agent(self.module, self.agents[a] if a >= 0 else None)
+            part = run(batch.select(rows))
             for key, t in part.items():
                 if t is None:
                     out[key] = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ragrl.agents.mmoa import (AGENTS, MMOAProtocol, generator_penalized, parse_selection, parse_subquestions,
                                selector_grammar, split_budget)
-from ragrl.models.agent_adapters import agent_adapter
+from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.engine import Engine, SamplingParams
 from ragrl.rollout.episode import RolloutConfig, chat_ids
@@ -58,8 +58,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
                                  seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
                                  allowed_tokens=allowed[k] if allowed else None) for k in range(len(prompts))]
         t0 = time.perf_counter()
-        with agent_adapter(getattr(engine, "model", None), agent):   # per-agent LoRA: this agent's
-            gens = engine.generate(prompts, params)
+        activate_agent(getattr(engine, "model", None), agent)   # per-agent LoRA: this agent's
+        gens = engine.generate(prompts, params)
         stats["generate_s"] += time.perf_counter() - t0
         for pipe, p, g in zip(pipes, prompts, gens):
             g = g[0]

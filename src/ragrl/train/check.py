@@ -153,11 +153,11 @@ def check_agents(cfg: TrainConfig) -> None:
         raise ConfigError(f"frozen_agents: {', '.join(map(repr, unknown))} is not an agent of {cfg.agent!r} "
                           f"(its agents: {', '.join(agents) or 'none, it is a single policy'})")
     if cfg.agent_adapters == "per_agent":
-        why = ("agent " + repr(cfg.agent) + " is a single policy" if not agents else
-               "model.lora is false" if not cfg.model.lora else
-               "model.engine is " + cfg.model.engine + " (only hf switches adapters per agent)"
-               if cfg.model.engine != "hf" else
-               "shard_params is true (FSDP with several adapters is untested)" if cfg.shard_params is True else "")
+        cannot = [(not agents, f"agent {cfg.agent!r} is a single policy"),
+                  (not cfg.model.lora, "model.lora is false"),
+                  (cfg.model.engine != "hf", f"model.engine is {cfg.model.engine} (only hf switches adapters per agent)"),
+                  (cfg.shard_params is True, "shard_params is true (FSDP with several adapters is untested)")]
+        why = next((reason for applies, reason in cannot if applies), None)
         if why:
             raise ConfigError(f"agent_adapters=per_agent gives each agent its own LoRA adapter, but {why}; "
                               "use agent_adapters=shared")
