@@ -7,12 +7,19 @@ BM25 over the full 51k-passage corpus, greedy decoding, the first --n questions 
 and MuSiQue dev. Per system: answer EM / F1 (95% CIs), selector precision / recall against the
 gold passages, sub-questions per question; paired differences of every trained system against
 its SFT start (answer F1 and selector F1). Writes results/mmoa_eval.{json,md}.
+
+Each system's per-question metrics are kept in results/mmoa_eval.cache/ keyed by the adapter's
+bytes and --n: a killed evaluation resumes, and a new run is compared against an SFT start
+evaluated earlier (or beside its training) without decoding it again.
 """
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
+
+from eval_cache import Cache, adapter_digest   # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz"}
@@ -53,6 +60,7 @@ def main() -> None:
     retriever = default_retriever(TrainConfig(data=DataConfig(corpus="kit:corpus/wiki_passages.jsonl.gz")))
     base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
     adapters = {"SFT": args.sft, **dict(r.split("=", 1) for r in args.run)}
+    digest = {name: adapter_digest(path) for name, path in adapters.items()}
     # peft adapter names may not hold dots or spaces: a slot per system
     slot = {name: f"a{i}" for i, name in enumerate(adapters)}
     model = PeftModel.from_pretrained(base, adapters["SFT"], adapter_name=slot["SFT"])
@@ -66,23 +74,40 @@ def main() -> None:
                 model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
-    result: dict = {"settings": {"n": args.n, "adapters": adapters, "index": "bm25 over the full corpus"}, "sets": {}}
+    result: dict = {"settings": {"n": args.n, "adapters": adapters, "adapter_sha1": digest,
+                                 "index": "bm25 over the full corpus"}, "sets": {}}
     md = ["# MMOA-RAG (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
     pooled: dict[str, dict[str, list]] = {}   # system -> metric -> per-question values, both sets in order
     for set_name, path in SETS.items():
         samples = load_questions(path, limit=args.n)
         per: dict = {}
-        set_agent_adapters(model, None)
-        with model.disable_adapter():
-            res = evaluate(engine, retriever, samples, EvalConfig(systems=["naive_rag"], n=len(samples), topk=3))
-        per["naive_rag"] = res["naive_rag"]["trajectories"]
-        for name in adapters:
+
+        def naive():
+            set_agent_adapters(model, None)
+            with model.disable_adapter():
+                res = evaluate(engine, retriever, samples, EvalConfig(systems=["naive_rag"], n=len(samples), topk=3))
+            return res["naive_rag"]["trajectories"]
+
+        def pipeline(name):
             set_agent_adapters(model, per_agent.get(name))
             if name not in per_agent:
                 model.set_adapter(slot[name])
             res = evaluate(engine, retriever, samples, EvalConfig(agent="mmoa", systems=["agent"], n=len(samples),
                                                                  rollout=rollout))
-            per[name] = res["mmoa"]["trajectories"]
+            return res["mmoa"]["trajectories"]
+
+        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, rollout.__dict__)
+
+        def cached(name: str, key: str, run) -> list:
+            metrics = cache.get(name, key)
+            if metrics is None:
+                metrics = [t.metrics for t in run()]
+                cache.put(name, key, metrics)
+            return [SimpleNamespace(metrics=m) for m in metrics]   # what the tables below read
+
+        per["naive_rag"] = cached("naive_rag", "base model", naive)
+        for name in adapters:
+            per[name] = cached(name, digest[name], lambda name=name: pipeline(name))
         rows, pairs = {}, {}
         for name, trajs in per.items():
             row = {k: [100 * v for v in bootstrap_ci([t.metrics[k] for t in trajs])] for k in ("em", "f1")}

@@ -15,6 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
+from eval_cache import Cache, adapter_digest   # benchmarks/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "popqa_test": "kit:eval/popqa_test.jsonl.gz"}
 
@@ -69,7 +71,7 @@ def main() -> None:
                                  "rollout": rollout.__dict__}, "sets": {}}
     for set_name, path in SETS.items():
         samples = load_questions(path, limit=args.n)
-        cache = _Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, rollout.__dict__)
+        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, rollout.__dict__)
         summaries: dict = {}
 
         def run(name: str, adapter_key: str, fn) -> None:
@@ -107,9 +109,9 @@ def main() -> None:
         for system in ("direct", "naive_rag"):
             run(system, "base", lambda system=system: baselines(system))
         for name, path in adapters.items():
-            run(name, _digest(path), lambda name=name: policy(name))
+            run(name, adapter_digest(path), lambda name=name: policy(name))
         for th in [float(x) for x in args.thresholds.split(",") if x.strip()]:
-            run(f"{last}, threshold {th}", _digest(adapters[last]), lambda th=th: policy(last, th))
+            run(f"{last}, threshold {th}", adapter_digest(adapters[last]), lambda th=th: policy(last, th))
         for name, s in summaries.items():
             for sid, row in s["per_question"].items():
                 pooled.setdefault(name, {})[f"{set_name}:{sid}"] = row
@@ -145,43 +147,6 @@ def main() -> None:
     md += _training_curves(args.ppo, Path(args.out))
     Path(args.out).with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md))
-
-
-class _Cache:
-    """Per-system summaries on disk, so a killed run or one more adapter re-evaluates only what changed."""
-
-    def __init__(self, root: Path, n: int, rollout: dict):
-        self.root, self.key = root, json.loads(json.dumps({"n": n, "rollout": rollout}))   # as stored
-        root.mkdir(parents=True, exist_ok=True)
-
-    def _file(self, name: str) -> Path:
-        import hashlib
-        return self.root / (hashlib.sha1(name.encode()).hexdigest()[:16] + ".json")
-
-    def get(self, name: str, adapter_key: str):
-        f = self._file(name)
-        if not f.exists():
-            return None
-        d = json.loads(f.read_text())
-        ok = d.get("name") == name and d.get("adapter") == adapter_key and d.get("key") == self.key
-        return d["summary"] if ok else None
-
-    def put(self, name: str, adapter_key: str, summary: dict) -> None:
-        f = self._file(name)
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"name": name, "adapter": adapter_key, "key": self.key, "summary": summary}))
-        tmp.replace(f)
-
-
-def _digest(adapter_dir: str) -> str:
-    """Content hash of an adapter directory's files: a retrained adapter at the same path is re-evaluated."""
-    import hashlib
-    h = hashlib.sha1()
-    for f in sorted(Path(adapter_dir).iterdir()):
-        if f.is_file():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def summaries_pq(summaries: dict) -> dict:

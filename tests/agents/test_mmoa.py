@@ -125,6 +125,38 @@ def test_mappo_trainer_consumes_pipeline_trajectories_and_freezes_agents(tiny_mo
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.trainable_parameters()))
 
 
+def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, demo_bm25_dir, tmp_path, monkeypatch):
+    from ragrl.train import trainer as trainer_module
+    from ragrl.train.recipe import load_train_config
+
+    cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
+                                           f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=3",
+                                           "critic_warmup=2", "questions_per_step=2", "sft.steps=0",
+                                           "save_every=10", f"out_dir={tmp_path / 'run'}"], variant="tiny")
+    trainer = trainer_module.Trainer(cfg)
+    lora = [p for p in trainer.policy.module.parameters() if p.requires_grad]
+    head = list(trainer.policy.value_head.parameters())
+    moved = []   # per step: (critic_only, LoRA changed, value head changed)
+    real = trainer_module.ppo_update
+
+    def recording(policy, *args, critic_only=False, **kw):
+        before = [p.detach().clone() for p in lora + head]
+        out = real(policy, *args, critic_only=critic_only, **kw)
+        changed = [not torch.equal(b, p) for b, p in zip(before, lora + head)]
+        moved.append((critic_only, any(changed[:len(lora)]), any(changed[len(lora):])))
+        return out
+
+    monkeypatch.setattr(trainer_module, "ppo_update", recording)
+    rows = trainer.train(progress=False)
+    assert moved == [(True, False, True), (True, False, True), (False, True, True)]
+    assert [r["critic_only"] for r in rows] == [1.0, 1.0, 0.0]
+    # one reward mean and penalty rate per agent; together they make up the overall mean
+    for r in rows:
+        per_agent = [r[f"reward/{a}"] for a in ("rewriter", "selector", "generator")]
+        assert r["reward_mean"] == pytest.approx(sum(per_agent) / 3, abs=1e-6)
+        assert all(0.0 <= r[f"penalized/{a}"] <= 1.0 for a in ("rewriter", "selector", "generator"))
+
+
 def test_sft_examples_target_gold_passages_and_answers(index):
     from ragrl.models.policy import load_tokenizer
     from ragrl.train.sft_mmoa import mmoa_sft_examples

@@ -94,6 +94,31 @@ def test_gae_update_lowers_the_value_loss(tiny_model_dir):
     assert pg_after < pg_before
 
 
+def test_critic_warmup_steps_the_value_head_only_and_leaves_lora_and_its_adam_state_alone(tiny_model_dir):
+    model, _, value_head = policy(tiny_model_dir, value_head=True)
+    cfg = AlgoConfig(estimator="gae", gamma=1.0, lam=1.0, value_coef=1.0, entropy_coef=0.01, kl_coef=0.1,
+                     minibatch_size=8, micro_batch_size=3)
+    pol = LMPolicy(model, None, value_head)
+    prep = prepare(pol, synthetic_batch(model), cfg, 0.1, cfg.micro_batch_size)
+    lora = [p for p in model.parameters() if p.requires_grad]
+    lora_before = [p.detach().clone() for p in lora]
+    head_before = [p.detach().clone() for p in value_head.parameters()]
+    _, v_before = losses_on(model, value_head, prep, cfg)
+    opt = torch.optim.AdamW(params_of(model, value_head), lr=2e-2, weight_decay=0.1)
+    model.train()
+    stats = ppo_update(pol, opt, prep, cfg, 0.1, 1.0, torch.Generator().manual_seed(1), critic_only=True)
+    _, v_after = losses_on(model, value_head, prep, cfg)
+    assert stats["updates"] == 1 and "kl_loss" not in stats and "entropy" not in stats
+    assert all(torch.equal(a, b) for a, b in zip(lora, lora_before))          # bit-identical, weight decay too
+    assert all(opt.state.get(p) in (None, {}) for p in lora)                     # no Adam moments started
+    assert all(p.requires_grad and p.grad is None for p in lora)                 # trainable again afterwards
+    assert any(not torch.equal(a, b) for a, b in zip(value_head.parameters(), head_before))
+    assert v_after < v_before - 1e-3, (v_before, v_after)
+    # the next (normal) update trains the LoRA weights again
+    ppo_update(pol, opt, prep, cfg, 0.1, 1.0, torch.Generator().manual_seed(2))
+    assert any(not torch.equal(a, b) for a, b in zip(lora, lora_before))
+
+
 def poisoned_off_actions(prep: Prepared) -> Prepared:
     """The same targets, with NaN/inf wherever action_mask is 0 (prompt, observation, padding)."""
     off = prep.batch.action_mask == 0

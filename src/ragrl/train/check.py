@@ -27,6 +27,13 @@ def check_combinations(cfg: TrainConfig) -> None:
     elif a.critic[0] <= 0:
         raise ConfigError("algo.value_coef: gae reads its critic's values, and value_coef 0 would leave the critic "
                           "at its random start; set value_coef > 0")
+    if cfg.critic_warmup:
+        if a.estimator != "gae":
+            raise ConfigError(f"critic_warmup: the {a.estimator} estimator has no critic to warm up; "
+                              "drop it or use algo.estimator=gae")
+        if not 0 < cfg.critic_warmup < cfg.steps:
+            raise ConfigError(f"critic_warmup must be between 1 and steps - 1 ({cfg.steps - 1}); got "
+                              f"{cfg.critic_warmup} (the policy would never be trained)")
     require_engine(cfg.model.engine)
     if cfg.model.engine == "vllm" and cfg.shard_params:
         raise ConfigError("model.engine=vllm holds the whole model on one GPU to generate; it cannot follow "

@@ -146,6 +146,11 @@ class TrainConfig:
     # for its share of the parameters only; parameters and gradients stay replicated. None: on
     # under `accelerate launch --use_deepspeed`, off otherwise.
     shard_optimizer: bool | None = None
+    # The first N steps train the critic (value head) only; the policy starts learning once its
+    # advantages come from a critic that has seen rewards (verl's critic_warmup). A critic at its
+    # zero start makes every advantage the raw reward, so agents whose rewards run higher (an
+    # MMOA selector with selector_gold) reinforce whatever they sampled and the others the reverse.
+    critic_warmup: int = 0
     eval_every: int = 0                   # 0: only at the end
     # Write the step's trajectories to run_dir/trajectories/step_N.jsonl every N steps (`ragrl view`).
     log_trajectories_every: int = 0

@@ -268,7 +268,10 @@ class Trainer:
         batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
         prep = prepare(self.policy, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
         g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
-        ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g)
+        critic_only = self.step < cfg.critic_warmup
+        ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
+                            critic_only=critic_only)
+        ustats["critic_only"] = float(critic_only)
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
@@ -329,6 +332,12 @@ class Trainer:
         recalls = [t.metrics["gold_recall"] for t in trajs if "gold_recall" in t.metrics]
         if recalls:
             row["gold_recall"] = sum(recalls) / len(recalls)
+        # A pipeline's agents (MMOA-RAG) earn rewards on different scales: one mean each, and how
+        # often each one's output drew its penalty.
+        for agent in sorted({t.agent for t in trajs if t.agent}):
+            mine = [t for t in trajs if t.agent == agent]
+            row[f"reward/{agent}"] = sum(t.reward for t in mine) / len(mine)
+            row[f"penalized/{agent}"] = sum(bool(t.metrics.get("penalized")) for t in mine) / len(mine)
         row.update({k: v for k, v in ustats.items()})
         row.update(pstats)
         return row

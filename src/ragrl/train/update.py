@@ -102,11 +102,35 @@ def by_length(idx: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
 
 
 def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_coef: float,
-               max_grad_norm: float, generator: torch.Generator) -> dict:
-    """Run cfg.ppo_epochs over shuffled minibatches; return averaged stats."""
+               max_grad_norm: float, generator: torch.Generator, critic_only: bool = False) -> dict:
+    """Run cfg.ppo_epochs over shuffled minibatches; return averaged stats.
+
+    critic_only (critic warm-up): the loss is the value loss alone and only the value head steps;
+    the policy's own parameters get no gradient (None, so Adam leaves them and their state alone)."""
     batch = prep.batch
     B = len(batch)
     params = policy.trainable_parameters()
+    others: list[torch.nn.Parameter] = []
+    if critic_only:
+        if not policy.has_values:
+            raise ValueError("critic_only needs a policy with a value head")
+        critic = {id(p) for p in policy.value_head.parameters()}
+        others = [p for p in params if id(p) not in critic]
+        params = [p for p in params if id(p) in critic]
+    try:
+        # No graph through the trunk, so the backward runs through the value head alone.
+        for p in others:
+            p.requires_grad_(False)
+        return _epochs(policy, optimizer, prep, cfg, kl_coef, max_grad_norm, generator, params, others, critic_only)
+    finally:
+        for p in others:
+            p.requires_grad_(True)
+            p.grad = None
+
+
+def _epochs(policy, optimizer, prep, cfg, kl_coef, max_grad_norm, generator, params, others, critic_only) -> dict:
+    batch = prep.batch
+    B = len(batch)
     agg = cfg.loss_agg
     sharded = is_sharded(policy.module)
     # minibatch_size counts trajectories over all ranks: each rank takes its share, so N ranks
@@ -126,10 +150,12 @@ def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_co
             optimizer.zero_grad(set_to_none=True)
             for m in range(0, len(mb_idx), cfg.micro_batch_size):
                 idx = mb_idx[m: m + cfg.micro_batch_size]
-                st = _micro_step(policy, prep, idx, cfg, kl_coef, agg, denom)
+                st = _micro_step(policy, prep, idx, cfg, kl_coef, agg, denom, critic_only)
                 n_micro += 1
                 for k, v in st.items():
                     stats_sum[k] = stats_sum.get(k, 0.0) + v
+            for p in others:   # a per-agent forward may have switched their grads back on: drop them
+                p.grad = None
             _sync_grads(params)
             gn = (clip_grad_norm(params, max_grad_norm) if sharded
                   else torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
@@ -144,7 +170,7 @@ def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_co
 
 
 def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConfig,
-                kl_coef: float, agg: str, denom: float) -> dict:
+                kl_coef: float, agg: str, denom: float, critic_only: bool = False) -> dict:
     mb = prep.batch.select(idx)
     L = mb.action_mask.shape[1]
     adv, ret = prep.advantages[idx][:, :L], prep.returns[idx][:, :L]
@@ -154,15 +180,15 @@ def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConf
     share = (float(mask.sum()) if agg == "token_mean" else float((mask.sum(1) > 0).sum())) / max(denom, 1.0)
     pg, st = ppo_policy_loss(out["logprobs"], mb.old_logprobs, adv, mask, cfg.clip_low, cfg.clip_high,
                              cfg.dual_clip, agg)
-    loss = pg
+    loss = pg.detach() if critic_only else pg   # critic warm-up: logged, not trained on
     st = {k: v for k, v in st.items()}
     st["pg_loss"] = float(pg.detach())
-    if kl_coef > 0 and not cfg.kl_in_reward:
+    if kl_coef > 0 and not cfg.kl_in_reward and not critic_only:
         kl = kl_estimate(out["logprobs"], prep.ref_logprobs[idx][:, :L], cfg.kl_kind, mask=mask)
         kl_term = agg_loss(kl, mask, agg)
         loss = loss + kl_coef * kl_term
         st["kl_loss"] = float(kl_term.detach())
-    if out["entropy"] is not None:
+    if out["entropy"] is not None and not critic_only:
         ent = agg_loss(out["entropy"], mask, agg)
         loss = loss - cfg.entropy_coef * ent
         st["entropy"] = float(ent.detach())
