@@ -24,6 +24,8 @@ def adapter_digest(adapter_dir: str) -> str:
 
 
 class Cache:
+    """One folder of entries, one JSON file per system name; `get` misses on any key mismatch."""
+
     def __init__(self, root: Path, n: int, settings: dict):
         self.root, self.key = root, json.loads(json.dumps({"n": n, "rollout": settings}))   # as stored
         root.mkdir(parents=True, exist_ok=True)

@@ -107,13 +107,12 @@ def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_co
 
     critic_only (critic warm-up): the loss is the value loss alone and only the value head steps;
     the policy's own parameters get no gradient (None, so Adam leaves them and their state alone)."""
-    batch = prep.batch
-    B = len(batch)
     params = policy.trainable_parameters()
     others: list[torch.nn.Parameter] = []
     if critic_only:
         if not policy.has_values:
             raise ValueError("critic_only needs a policy with a value head")
+        kl_coef = 0.0   # no KL term either: nothing of the policy is trained
         critic = {id(p) for p in policy.value_head.parameters()}
         others = [p for p in params if id(p) not in critic]
         params = [p for p in params if id(p) in critic]
@@ -175,7 +174,7 @@ def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConf
     L = mb.action_mask.shape[1]
     adv, ret = prep.advantages[idx][:, :L], prep.returns[idx][:, :L]
     mask = mb.action_mask
-    out = policy.forward(mb, with_values=policy.has_values, with_entropy=cfg.entropy_coef > 0)
+    out = policy.forward(mb, with_values=policy.has_values, with_entropy=cfg.entropy_coef > 0 and not critic_only)
     # Scale so the sum over micro batches (and ranks) equals the minibatch mean.
     share = (float(mask.sum()) if agg == "token_mean" else float((mask.sum(1) > 0).sum())) / max(denom, 1.0)
     pg, st = ppo_policy_loss(out["logprobs"], mb.old_logprobs, adv, mask, cfg.clip_low, cfg.clip_high,
@@ -183,12 +182,12 @@ def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConf
     loss = pg.detach() if critic_only else pg   # critic warm-up: logged, not trained on
     st = {k: v for k, v in st.items()}
     st["pg_loss"] = float(pg.detach())
-    if kl_coef > 0 and not cfg.kl_in_reward and not critic_only:
+    if kl_coef > 0 and not cfg.kl_in_reward:
         kl = kl_estimate(out["logprobs"], prep.ref_logprobs[idx][:, :L], cfg.kl_kind, mask=mask)
         kl_term = agg_loss(kl, mask, agg)
         loss = loss + kl_coef * kl_term
         st["kl_loss"] = float(kl_term.detach())
-    if out["entropy"] is not None and not critic_only:
+    if out["entropy"] is not None:
         ent = agg_loss(out["entropy"], mask, agg)
         loss = loss - cfg.entropy_coef * ent
         st["entropy"] = float(ent.detach())
