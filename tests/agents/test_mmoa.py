@@ -157,6 +157,46 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
         assert all(0.0 <= r[f"penalized/{a}"] <= 1.0 for a in ("rewriter", "selector", "generator"))
 
 
+def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_samples(tiny_model_dir, demo_bm25_dir,
+                                                                                   tmp_path, monkeypatch):
+    """gae_baseline: the critic still scores every agent's sample, but its targets are the rewards
+    centred per (question, agent) group of rollout.n samples, so with gamma = lam = 1 they sum to 0
+    in each group (and a group's samples share one prompt, hence one agent)."""
+    from ragrl.train import trainer as trainer_module
+    from ragrl.train.recipe import load_train_config
+
+    cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
+                                           f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
+                                           "algo.estimator=gae_baseline", "algo.lam=1.0", "rollout.n=2",
+                                           "questions_per_step=2", "sft.steps=0", "save_every=10",
+                                           f"out_dir={tmp_path / 'run'}"], variant="tiny")
+    trainer = trainer_module.Trainer(cfg)
+    assert trainer.policy.has_values
+    seen = []
+    real = trainer_module.prepare
+
+    def recording(policy, batch, *a, **k):
+        # The tiny random model's rewards are flat (every rewriter penalised, F1 0): give each
+        # sample a distinct score, so that centring has something to remove.
+        batch.scores = torch.arange(len(batch.scores), dtype=batch.scores.dtype) * 0.1
+        seen.append((batch, real(policy, batch, *a, **k)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(trainer_module, "prepare", recording)
+    rows = trainer.train(progress=False)
+    assert rows[0]["updates"] >= 1 and "value_loss" in rows[0]
+    batch, prep = seen[0]
+    mask = batch.action_mask.bool()
+    first = mask.float().argmax(dim=1)
+    target = prep.returns[torch.arange(len(first)), first]         # the centred outcome of each sample
+    groups = batch.group_ids.tolist()
+    assert len(groups) == 12 and all(groups.count(g) == 2 for g in groups)    # 2 questions x 3 agents x n=2
+    for g in set(groups):
+        i, j = [r for r, x in enumerate(groups) if x == g]
+        assert float(target[i]) == pytest.approx(float(batch.scores[i] - batch.scores[j]) / 2, abs=1e-5)
+        assert float(target[i] + target[j]) == pytest.approx(0.0, abs=1e-5)
+
+
 def test_sft_examples_target_gold_passages_and_answers(index):
     from ragrl.models.policy import load_tokenizer
     from ragrl.train.sft_mmoa import mmoa_sft_examples

@@ -62,6 +62,21 @@ def test_gae_hand_computed():
     assert ret[0].tolist() == pytest.approx(GAE_RET)
 
 
+def test_gae_with_group_baseline_hand_computed():
+    # Two samples of one prompt (outcomes 1 and 0: group mean 0.5) and one prompt sampled once.
+    # Centred rewards: +0.5, -0.5, 0. gamma = lam = 1, two action tokens each, V = (0.1, 0.3):
+    # A_1 = r - V_1 = r - 0.3, A_0 = r - V_0 = r - 0.1; returns = A + V = r on both tokens.
+    rewards = t([[0.0, 1.0], [0.0, 0.0], [0.0, 2.0]])
+    values = t([[0.1, 0.3]] * 3)
+    mask = t([[1, 1]] * 3, torch.bool)
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0, whiten=False, group_ids=[4, 4, 9])
+    torch.testing.assert_close(adv, t([[0.4, 0.2], [-0.6, -0.8], [-0.1, -0.3]]))
+    torch.testing.assert_close(ret, t([[0.5, 0.5], [-0.5, -0.5], [0.0, 0.0]]))
+    # Without groups the same call is plain GAE on the raw rewards.
+    _, ret_plain = gae(rewards, values, mask, gamma=1.0, lam=1.0, whiten=False)
+    assert ret_plain[:, 0].tolist() == pytest.approx([1.0, 0.0, 2.0])
+
+
 def test_gae_skips_observation_tokens():
     # The same three actions at positions 0, 3, 5 with observation tokens between them whose
     # values are garbage: the recursion must jump over them, giving the numbers above.
@@ -169,7 +184,8 @@ def test_registry_uniform_signature():
     mask = torch.ones(4, 3, dtype=torch.bool)
     scores = t([1.0, 0.0, 3.0, 1.0])
     groups = [0, 0, 1, 1]
-    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"}
+    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "gae_baseline", "grpo", "dr_grpo", "rloo", "reinforce_pp",
+                                         "reinforce_pp_baseline"}
     adv, _ = compute_advantages("dr_grpo", scores=scores, mask=mask, group_ids=groups)
     assert adv[:, 0].tolist() == [0.5, -0.5, 1.0, -1.0]
     # scores derived from token rewards when only those are given: same answer
@@ -191,6 +207,11 @@ def test_registry_uniform_signature():
         compute_advantages("gae", scores=scores, mask=mask)
     with pytest.raises(AlgoInputError, match="needs group_ids"):
         compute_advantages("rloo", scores=scores, mask=mask)
+    with pytest.raises(AlgoInputError, match="needs group_ids"):
+        compute_advantages("gae_baseline", scores=scores, values=torch.zeros(4, 3), mask=mask)
+    _, ret5 = compute_advantages("gae_baseline", scores=scores, values=torch.zeros(4, 3), mask=mask,
+                                 group_ids=groups, gamma=1.0, lam=1.0, whiten=False)
+    assert ret5[:, 0].tolist() == [0.5, -0.5, 1.0, -1.0]   # outcome - its group's mean
 
 
 def test_whitening_with_a_cross_rank_reduce_equals_whitening_the_whole_batch():

@@ -37,6 +37,8 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.estimator=gae", "algo.value_coef=0"], "algo.value_coef: gae reads its critic"),
     (["model.engine=vllm", "shard_params=true"], "model.engine=vllm"),
     (["critic_warmup=2"], "critic_warmup: the grpo estimator has no critic"),
+    (["algo.estimator=gae_baseline", "rollout.n=1"], "with rollout.n=1 every reward becomes 0"),
+    (["algo.estimator=gae_baseline", "algo.value_coef=0"], "algo.value_coef: gae_baseline reads its critic"),
     (["algo.estimator=gae", "critic_warmup=5", "steps=5"], "critic_warmup must be between 1 and steps - 1"),
     (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
     (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),

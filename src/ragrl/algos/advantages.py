@@ -107,10 +107,26 @@ def _discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float)
 
 # --------------------------------------------------------------------------- estimators
 
+def subtract_group_baseline(rewards: torch.Tensor, mask: torch.Tensor, group_ids) -> torch.Tensor:
+    """rewards [B, T] with each sequence's group-mean outcome (outcome = the sum of its token
+    rewards) subtracted on its last action token, so every group's outcomes average 0.
+
+    >>> r = torch.tensor([[0., 1.], [0., 0.], [0., 3.]]); m = torch.ones(3, 2, dtype=torch.bool)
+    >>> subtract_group_baseline(r, m, [0, 0, 7]).tolist()   # group 0: mean 0.5; group 7 alone: mean 3
+    [[0.0, 0.5], [0.0, -0.5], [0.0, 0.0]]
+    """
+    outcome = rewards.sum(dim=-1)
+    index, sizes = group_index(group_ids, outcome.shape[0], outcome.device)
+    baseline = _group_mean(outcome, index, sizes)[index]
+    last, has_action = last_action_index(mask)
+    shift = torch.where(has_action, baseline, torch.zeros_like(baseline))
+    return rewards.scatter_add(1, last[:, None], -shift[:, None])
+
+
 @torch.no_grad()
 def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
         gamma: float = 1.0, lam: float = 1.0, whiten: bool = True,
-        reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
+        reduce=None, group_ids=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over ACTION tokens only (PPO with a critic).
 
     token_rewards, values, mask: [B, T] → (advantages [B, T], returns [B, T]).
@@ -130,12 +146,20 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
 
     returns = advantages + values (before whitening) are the critic's targets; with
     `whiten`, advantages are normalised to mean 0 / std 1 over all action tokens.
+
+    With `group_ids` [B] (the n samples of one prompt share an id), each sequence's reward is
+    first centred on its group's mean outcome (subtract_group_baseline): the critic then only has
+    to learn what the *action* adds, not how hard the question is, which it cannot tell apart
+    from a handful of samples of a small value head (MMOA-RAG's questions vary far more than its
+    agents' choices do). With gamma=1 the critic's targets average 0 in every group.
     """
     m = _check_mask(mask)
     check_same_shape(m, token_rewards=token_rewards, values=values)
     _check_no_reward_off_actions(token_rewards, m)
     values = values.detach().to(torch.promote_types(values.dtype, token_rewards.dtype))
     rewards = token_rewards.detach().to(values.dtype)
+    if group_ids is not None:
+        rewards = subtract_group_baseline(rewards, m, group_ids)
     next_value = torch.zeros_like(values[:, 0])
     next_adv = torch.zeros_like(values[:, 0])
     zero = torch.zeros_like(next_adv)
@@ -221,15 +245,10 @@ def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
     _check_no_reward_off_actions(token_rewards, m)
     rewards = token_rewards.detach().to(torch.promote_types(token_rewards.dtype, torch.float32))
     if group_ids is not None:
-        outcome = rewards.sum(dim=-1)
-        index, sizes = group_index(group_ids, outcome.shape[0], outcome.device)
-        baseline = _group_mean(outcome, index, sizes)[index]
-        last, has_action = last_action_index(m)
-        shift = torch.where(has_action, baseline, torch.zeros_like(baseline))
-        rewards = rewards.scatter_add(1, last[:, None], -shift[:, None])
+        rewards = subtract_group_baseline(rewards, m, group_ids)
     returns = _discounted_returns(rewards, m, gamma)
     return masked_whiten(returns, m, reduce=reduce), returns
 
 
-__all__ = ["place_outcome_reward", "last_action_index", "group_index", "gae", "grpo", "rloo",
+__all__ = ["place_outcome_reward", "last_action_index", "group_index", "subtract_group_baseline", "gae", "grpo", "rloo",
            "reinforce_pp"]

@@ -47,6 +47,8 @@ def _uniform(fn, needs: tuple[str, ...], **fixed):
 
 ADVANTAGE_ESTIMATORS = {
     "gae": _uniform(adv.gae, ("token_rewards", "values", "mask")),
+    # GAE on group-centred outcomes: PPO with a critic, sampled n times a prompt (MMOA-RAG's MAPPO).
+    "gae_baseline": _uniform(adv.gae, ("token_rewards", "values", "mask", "group_ids")),
     "grpo": _uniform(adv.grpo, ("scores", "group_ids", "mask")),
     "dr_grpo": _uniform(adv.grpo, ("scores", "group_ids", "mask"), scale_by_std=False),
     "rloo": _uniform(adv.rloo, ("scores", "group_ids", "mask")),

@@ -19,16 +19,19 @@ def check_combinations(cfg: TrainConfig) -> None:
     if a.kl_in_reward and a.kl_coef > 0 and a.estimator in GROUP_ESTIMATORS:
         raise ConfigError(f"algo.kl_in_reward: the {a.estimator} estimator reads only the outcome score, so a KL "
                           f"penalty in the token rewards would do nothing; set algo.kl_in_reward=false (KL in the loss)")
-    if a.estimator != "gae":
+    if not a.has_critic:
         given = [k for k in ("value_coef", "value_clip") if getattr(a, k) is not None]
         if given:
             raise ConfigError(f"algo.{given[0]}: the {a.estimator} estimator has no critic, so there is no value "
                               "loss to weigh or clip; drop it or use algo.estimator=gae")
     elif a.critic[0] <= 0:
-        raise ConfigError("algo.value_coef: gae reads its critic's values, and value_coef 0 would leave the critic "
+        raise ConfigError(f"algo.value_coef: {a.estimator} reads its critic's values, and value_coef 0 would leave the critic "
                           "at its random start; set value_coef > 0")
+    if a.estimator == "gae_baseline" and cfg.rollout.n < 2:
+        raise ConfigError("algo.estimator=gae_baseline centres each reward on the mean of its prompt's rollout.n "
+                          "samples; with rollout.n=1 every reward becomes 0: set rollout.n >= 2 or use gae")
     if cfg.critic_warmup:
-        if a.estimator != "gae":
+        if not a.has_critic:
             raise ConfigError(f"critic_warmup: the {a.estimator} estimator has no critic to warm up; "
                               "drop it or use algo.estimator=gae")
         if not 0 < cfg.critic_warmup < cfg.steps:

@@ -49,7 +49,8 @@ class DataConfig:
 
 @dataclass
 class AlgoConfig:
-    estimator: Literal["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = "grpo"
+    estimator: Literal["gae", "gae_baseline", "grpo", "dr_grpo", "rloo", "reinforce_pp",
+                       "reinforce_pp_baseline"] = "grpo"
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = None
@@ -63,7 +64,7 @@ class AlgoConfig:
     gamma: float = 1.0
     lam: float = 1.0
     entropy_coef: float = 0.0
-    # The critic's loss (estimator gae only: the others have no critic, so setting these with them
+    # The critic's loss (estimators gae and gae_baseline only: the others have no critic, so setting these with them
     # is refused rather than ignored). None: 0.5 and 0.2.
     value_coef: float | None = None
     value_clip: float | None = None
@@ -71,6 +72,11 @@ class AlgoConfig:
     minibatch_size: int = 8               # trajectories per optimizer step
     micro_batch_size: int = 4             # trajectories per forward/backward (gradient accumulation)
 
+
+    @property
+    def has_critic(self) -> bool:
+        """Whether the estimator reads a value head's values (and so trains one)."""
+        return self.estimator in ("gae", "gae_baseline")
 
     @property
     def critic(self) -> tuple[float, float]:

@@ -55,7 +55,7 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     from ragrl.rollout.runners import run_agent
     from ragrl.train.policy import build_policy
 
-    model, tok, value_head = model_bundle or build_policy(cfg.model, with_value_head=cfg.algo.estimator == "gae")
+    model, tok, value_head = model_bundle or build_policy(cfg.model, with_value_head=cfg.algo.has_critic)
     protocol = get_protocol(cfg.agent)
     if cfg.agent_adapters == "per_agent":   # before the trainer collects the trainable parameters
         from ragrl.models.agent_adapters import agent_adapter_map, make_agent_adapters
@@ -132,7 +132,7 @@ def retriever_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> S
     sampler = StochasticRetriever(dense, encoder, pool=rc.pool, temperature=rc.temperature,
                                   history=rc.history, instruction=rc.instruction)
     policy = RetrieverPolicy(encoder, sampler.embeddings, rc.temperature,
-                             with_value_head=cfg.algo.estimator == "gae", with_reference=cfg.algo.kl_coef > 0)
+                             with_value_head=cfg.algo.has_critic, with_reference=cfg.algo.kl_coef > 0)
     generator = _frozen_generator(cfg) if rc.generator else None
 
     def rollout(samples, rcfg, group_offset):

@@ -74,6 +74,7 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
     # Estimators that whiten over the batch do it over every rank's rows (one all-reduce).
     reduce = (lambda t: t.new_tensor(all_sum(t.tolist()))) if is_distributed() else None
     settings = {"gae": {"gamma": cfg.gamma, "lam": cfg.lam, "reduce": reduce},
+                "gae_baseline": {"gamma": cfg.gamma, "lam": cfg.lam, "reduce": reduce},
                 "reinforce_pp": {"gamma": cfg.gamma, "reduce": reduce},
                 "reinforce_pp_baseline": {"gamma": cfg.gamma, "reduce": reduce}}.get(cfg.estimator, {})
     # Group estimators read `scores`; a KL-in-reward penalty only reaches token-level ones.
