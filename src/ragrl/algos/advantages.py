@@ -250,5 +250,5 @@ def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
     return masked_whiten(returns, m, reduce=reduce), returns
 
 
-__all__ = ["place_outcome_reward", "last_action_index", "group_index", "subtract_group_baseline", "gae", "grpo", "rloo",
-           "reinforce_pp"]
+__all__ = ["place_outcome_reward", "last_action_index", "group_index", "subtract_group_baseline", "gae", "grpo",
+           "rloo", "reinforce_pp"]

@@ -42,6 +42,7 @@ def _uniform(fn, needs: tuple[str, ...], **fixed):
         return fn(**{name: data[name] for name in needs}, **fixed, **cfg)
 
     estimator.needs = needs
+    estimator.settings = tuple(allowed)
     return estimator
 
 

@@ -25,8 +25,8 @@ def check_combinations(cfg: TrainConfig) -> None:
             raise ConfigError(f"algo.{given[0]}: the {a.estimator} estimator has no critic, so there is no value "
                               "loss to weigh or clip; drop it or use algo.estimator=gae")
     elif a.critic[0] <= 0:
-        raise ConfigError(f"algo.value_coef: {a.estimator} reads its critic's values, and value_coef 0 would leave the critic "
-                          "at its random start; set value_coef > 0")
+        raise ConfigError(f"algo.value_coef: {a.estimator} reads its critic's values, and value_coef 0 would leave "
+                          "the critic at its random start; set value_coef > 0")
     if a.estimator == "gae_baseline" and cfg.rollout.n < 2:
         raise ConfigError("algo.estimator=gae_baseline centres each reward on the mean of its prompt's rollout.n "
                           "samples; with rollout.n=1 every reward becomes 0: set rollout.n >= 2 or use gae")

@@ -64,19 +64,20 @@ class AlgoConfig:
     gamma: float = 1.0
     lam: float = 1.0
     entropy_coef: float = 0.0
-    # The critic's loss (estimators gae and gae_baseline only: the others have no critic, so setting these with them
-    # is refused rather than ignored). None: 0.5 and 0.2.
+    # The critic's loss (estimators with a critic, gae and gae_baseline, only: the others have
+    # none, so setting these with them is refused rather than ignored). None: 0.5 and 0.2.
     value_coef: float | None = None
     value_clip: float | None = None
     ppo_epochs: int = 1
     minibatch_size: int = 8               # trajectories per optimizer step
     micro_batch_size: int = 4             # trajectories per forward/backward (gradient accumulation)
 
-
     @property
     def has_critic(self) -> bool:
         """Whether the estimator reads a value head's values (and so trains one)."""
-        return self.estimator in ("gae", "gae_baseline")
+        from ragrl.algos.registry import ADVANTAGE_ESTIMATORS   # torch: only when asked
+
+        return "values" in ADVANTAGE_ESTIMATORS[self.estimator].needs
 
     @property
     def critic(self) -> tuple[float, float]:

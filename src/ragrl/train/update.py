@@ -17,7 +17,7 @@ import torch.distributed as dist
 from ragrl.algos.advantages import place_outcome_reward
 from ragrl.algos.kl import kl_estimate, kl_penalty_in_reward
 from ragrl.algos.losses import agg_loss, ppo_policy_loss, value_loss
-from ragrl.algos.registry import compute_advantages
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, compute_advantages
 from ragrl.policy.base import ActionBatch, Policy
 from ragrl.train.config import AlgoConfig
 from ragrl.train.distributed import all_sum, is_distributed
@@ -73,10 +73,9 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
             token_rewards = kl_penalty_in_reward(token_rewards, kl, mask, kl_coef)
     # Estimators that whiten over the batch do it over every rank's rows (one all-reduce).
     reduce = (lambda t: t.new_tensor(all_sum(t.tolist()))) if is_distributed() else None
-    settings = {"gae": {"gamma": cfg.gamma, "lam": cfg.lam, "reduce": reduce},
-                "gae_baseline": {"gamma": cfg.gamma, "lam": cfg.lam, "reduce": reduce},
-                "reinforce_pp": {"gamma": cfg.gamma, "reduce": reduce},
-                "reinforce_pp_baseline": {"gamma": cfg.gamma, "reduce": reduce}}.get(cfg.estimator, {})
+    # Each estimator gets those of these settings it takes (gamma/lam for the token-level ones).
+    offered = {"gamma": cfg.gamma, "lam": cfg.lam, "reduce": reduce}
+    settings = {k: v for k, v in offered.items() if k in ADVANTAGE_ESTIMATORS[cfg.estimator].settings}
     # Group estimators read `scores`; a KL-in-reward penalty only reaches token-level ones.
     adv, ret = compute_advantages(cfg.estimator, scores=batch.scores, token_rewards=token_rewards,
                                   values=values, mask=mask, group_ids=batch.group_ids, **settings)
