@@ -159,17 +159,19 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
 
 def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_samples(tiny_model_dir, demo_bm25_dir,
                                                                                    tmp_path, monkeypatch):
-    """gae_baseline: the critic still scores every agent's sample, but its targets are the rewards
-    centred per (question, agent) group of rollout.n samples, so with gamma = lam = 1 they sum to 0
-    in each group (and a group's samples share one prompt, hence one agent)."""
+    """gae_baseline (the `tiny_grouped` variant, one step): the critic still scores every agent's
+    sample, but its targets are the rewards centred per (question, agent) group of rollout.n
+    samples, so with gamma = lam = 1 they sum to 0 in each group (and a group's samples share one
+    prompt, hence one agent)."""
     from ragrl.train import trainer as trainer_module
     from ragrl.train.recipe import load_train_config
 
     cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
                                            f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
-                                           "algo.estimator=gae_baseline", "algo.lam=1.0", "rollout.n=2",
-                                           "questions_per_step=2", "sft.steps=0", "save_every=10",
-                                           f"out_dir={tmp_path / 'run'}"], variant="tiny")
+                                           "rollout.n=2", "questions_per_step=2", "sft.steps=0", "save_every=10",
+                                           "eval_every=1", "data.eval=demo-eval", "data.eval_n=2",
+                                           f"out_dir={tmp_path / 'run'}"], variant="tiny_grouped")
+    assert (cfg.algo.estimator, cfg.algo.lam, cfg.keep_best) == ("gae_baseline", 1.0, "selector_f1")
     trainer = trainer_module.Trainer(cfg)
     assert trainer.policy.has_values
     seen = []
@@ -185,6 +187,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     monkeypatch.setattr(trainer_module, "prepare", recording)
     rows = trainer.train(progress=False)
     assert rows[0]["updates"] >= 1 and "value_loss" in rows[0]
+    assert "eval/selector_f1" in rows[-1] and (tmp_path / "run" / "best_adapter").is_dir()   # keep_best ran
     batch, prep = seen[0]
     mask = batch.action_mask.bool()
     first = mask.float().argmax(dim=1)
