@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.rollout.engines import require_engine
 from ragrl.train.config import TrainConfig
 
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 # Rewards that read a generated answer or response format (nothing to read without a generator).
 ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_searcher_stage2", "smartrag", "mmoa"}
 
@@ -16,7 +16,8 @@ ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_sear
 def check_combinations(cfg: TrainConfig) -> None:
     """Settings that load but cannot work together (cheap: no file or model is opened)."""
     a = cfg.algo
-    if a.kl_in_reward and a.kl_coef > 0 and a.estimator in GROUP_ESTIMATORS:
+    needs = ADVANTAGE_ESTIMATORS[a.estimator].needs   # the estimator's name was checked on load
+    if a.kl_in_reward and a.kl_coef > 0 and "token_rewards" not in needs:
         raise ConfigError(f"algo.kl_in_reward: the {a.estimator} estimator reads only the outcome score, so a KL "
                           f"penalty in the token rewards would do nothing; set algo.kl_in_reward=false (KL in the loss)")
     if not a.has_critic:
@@ -27,9 +28,11 @@ def check_combinations(cfg: TrainConfig) -> None:
     elif a.critic[0] <= 0:
         raise ConfigError(f"algo.value_coef: {a.estimator} reads its critic's values, and value_coef 0 would leave "
                           "the critic at its random start; set value_coef > 0")
-    if a.estimator == "gae_baseline" and cfg.rollout.n < 2:
-        raise ConfigError("algo.estimator=gae_baseline centres each reward on the mean of its prompt's rollout.n "
-                          "samples; with rollout.n=1 every reward becomes 0: set rollout.n >= 2 or use gae")
+    if "group_ids" in needs and cfg.rollout.n < 2:
+        # A group is one prompt's rollout.n samples: alone in its group, every sample's advantage is 0.
+        raise ConfigError(f"algo.estimator={a.estimator} compares each sample with the other samples of its "
+                          f"prompt; with rollout.n={cfg.rollout.n} every advantage is 0 and nothing is learned: "
+                          "set rollout.n >= 2 or use a critic (gae) or reinforce_pp")
     if cfg.critic_warmup:
         if not a.has_critic:
             raise ConfigError(f"critic_warmup: the {a.estimator} estimator has no critic to warm up; "
