@@ -19,16 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def summarize(trajs) -> dict:
-    """Selector statistics of `trajs` (one selector trajectory a pipeline)."""
+def summarize(trajs, gold: dict[str, set]) -> dict:
+    """Selector statistics of `trajs` (one selector trajectory a pipeline); `gold`: sample id ->
+    its gold passage ids."""
     from ragrl.rewards.mmoa import selector_f1
 
     n = len(trajs)
     by_pos: dict[int, list[int]] = {}
     for t in trajs:
-        gold = set(t.metrics.get("gold", []))
         for pos, pid in enumerate(t.metrics["selected"]):
-            by_pos.setdefault(pos, []).append(int(pid in gold))
+            by_pos.setdefault(pos, []).append(int(pid in gold[t.sample_id]))
     return {"samples": n,
             "kept_per_sample": sum(len(t.metrics["selected"]) for t in trajs) / n,
             "more_than_one": sum(len(t.metrics["selected"]) > 1 for t in trajs) / n,
@@ -62,6 +62,8 @@ def main() -> None:
     from ragrl.train.trainer import default_retriever
 
     samples = [q for q in load_questions("pool-train") if q.get("gold_passage_ids")][: args.n]
+    # keyed as the pipeline names a trajectory's sample (its id, else its index)
+    gold = {str(s.get("id", i)): set(s["gold_passage_ids"]) for i, s in enumerate(samples)}
     retriever = default_retriever(TrainConfig(data=DataConfig(corpus="kit:corpus/wiki_passages.jsonl.gz")))
     base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
     engine = HFEngine(PeftModel.from_pretrained(base, args.adapter), tok, max_batch_size=32)
@@ -72,9 +74,7 @@ def main() -> None:
         cfg = RolloutConfig(n=args.samples if temp > 0 else 1, temperature=temp, passage_words=30, seed=0)
         trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(passage_words=30), retriever, samples, cfg)
         sel = [t for t in trajs if t.agent == "selector"]
-        for t in sel:   # the gold ids, for the per-position rate
-            t.metrics["gold"] = next(s["gold_passage_ids"] for s in samples if str(s.get("id")) == t.sample_id)
-        result["by_temperature"][str(temp)] = row = summarize(sel)
+        result["by_temperature"][str(temp)] = row = summarize(sel, gold)
         print(f"T={temp}: {json.dumps(row)}", flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
