@@ -51,6 +51,14 @@ def test_penalties_on_hand_made_cases():
     assert split_budget(1) == [10] and split_budget(2) == [5, 5] and split_budget(4) == [3, 3, 2, 2]
 
 
+def test_selector_beta_is_checked_when_the_reward_is_built():
+    from ragrl.rewards.registry import make_reward
+    assert make_reward({"mmoa": {"selector_gold": 3.0, "selector_beta": 2.0}})
+    for bad in (0, -1.0, "2", True):
+        with pytest.raises(ConfigError, match="selector_beta must be a number > 0"):
+            make_reward({"mmoa": {"selector_gold": 3.0, "selector_beta": bad}})
+
+
 @pytest.fixture(scope="module")
 def index(demo_bm25_dir):
     return make_retriever(demo_bm25_dir)

@@ -46,7 +46,13 @@ def register(app: typer.Typer) -> None:
         if cfg.sft.steps <= 0:
             raise typer.BadParameter("sft.steps is 0 in this recipe; pass --set sft.steps=N")
         model, tok, _ = build_policy(cfg.model)
-        res = sft_warm_start(cfg, model, tok, default_retriever(cfg), out)
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:   # SFT runs for minutes on a CPU: show the step and loss
+            task = bar.add_task("SFT", total=cfg.sft.steps)
+            res = sft_warm_start(cfg, model, tok, default_retriever(cfg), out,
+                                 progress=lambda step, total, loss: bar.update(task, completed=step,
+                                                                               description=f"SFT loss {loss:.3f}"))
         typer.echo(f"SFT done: loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}; adapter in {res.adapter_dir}")
 
     @app.command()

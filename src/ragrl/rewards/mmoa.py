@@ -24,18 +24,26 @@ for a generator too weak for its answers' F1 to say which documents helped.
 >>> t.agent = "generator"
 >>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=1.0), 4)   # other agents: F1 only
 0.5
+
+`selector_beta` scores the kept documents by F-beta instead: beta > 1 weighs recall above
+precision, so that a selector sampled at temperature 1 (which keeps near-random documents) is not
+taught that keeping fewer documents pays.
+
+>>> t.agent = "selector"
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=1.0, selector_beta=2.0), 4)  # 0.5 + F2(0.5, 1)
+1.3333
 """
 from __future__ import annotations
 
-from ragrl.errors import RagrlError
+from ragrl.errors import ConfigError, RagrlError
 from ragrl.rewards.qa import f1_score, golds_of
 from ragrl.rollout.trajectory import Trajectory
 
 
 def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_penalty: float = 1.0,
-                generator_penalty: float = 1.0, selector_gold: float = 0.0) -> float:
+                generator_penalty: float = 1.0, selector_gold: float = 0.0, selector_beta: float = 1.0) -> float:
     """Shared answer F1 − the acting agent's penalty when its output earned one (+ the selector's
-    gold-passage F1 × `selector_gold`)."""
+    gold-passage F-beta × `selector_gold`)."""
     if not isinstance(completion, Trajectory):
         raise RagrlError("mmoa needs a Trajectory from the pipeline runner (it records the agent)")
     penalties = {"rewriter": rewriter_penalty, "selector": selector_penalty, "generator": generator_penalty}
@@ -47,16 +55,27 @@ def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_pena
         if "selector_recall" not in completion.metrics:
             raise RagrlError("mmoa selector_gold: the question has no gold_passage_ids to score the selection "
                              "against; use training questions with gold passages or selector_gold=0")
-        reward += selector_gold * selector_f1(completion.metrics)
+        reward += selector_gold * selector_f1(completion.metrics, selector_beta)
     return reward
 
 
-def selector_f1(metrics: dict) -> float:
-    """F1 of the selector's kept documents against the gold passages, from the pipeline runner's
-    `selector_precision` / `selector_recall` (0 where they are missing).
+def _check_options(selector_beta: float = 1.0, **_) -> None:
+    if isinstance(selector_beta, bool) or not isinstance(selector_beta, (int, float)) or not selector_beta > 0:
+        raise ConfigError(f"reward 'mmoa': selector_beta must be a number > 0, got {selector_beta!r}")
+
+
+mmoa_reward.check_options = _check_options   # read by the reward registry when a recipe is loaded
+
+
+def selector_f1(metrics: dict, beta: float = 1.0) -> float:
+    """F1 (F-beta) of the selector's kept documents against the gold passages, from the pipeline
+    runner's `selector_precision` / `selector_recall` (0 where they are missing).
 
     >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}), selector_f1({})
     (0.6666666666666666, 0.0)
+    >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}, beta=2.0)   # 5 * .5 / (4 * .5 + 1)
+    0.8333333333333334
     """
     p, r = metrics.get("selector_precision", 0.0), metrics.get("selector_recall", 0.0)
-    return 2 * p * r / (p + r) if p + r else 0.0
+    b2 = beta * beta
+    return (1 + b2) * p * r / (b2 * p + r) if p + r else 0.0

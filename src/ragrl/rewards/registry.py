@@ -95,6 +95,9 @@ def _term(name: Any, value: Any) -> RewardTerm:
         unknown = sorted(set(options) - set(allowed))
         what = f"unknown option(s) {unknown}" if unknown else f"bad options {sorted(options)}"
         raise ConfigError(f"reward {name!r}: {what}; it takes weight and {allowed or 'nothing else'}") from None
+    check = getattr(REWARDS[name], "check_options", None)   # values, not only names, before any rollout
+    if check is not None:
+        check(**options)
     if "protocol" in options and options["protocol"] is not None:
         from ragrl.agents.registry import get_protocol
 
