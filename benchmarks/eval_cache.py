@@ -2,7 +2,7 @@
 questions: a killed run, or one more adapter, re-evaluates only what changed.
 
 An entry is keyed by the system's name, its adapter's content hash (a retrained adapter at the
-same path is re-evaluated) and the settings that shape the result (n, rollout); a mismatch is a miss.
+same path is re-evaluated) and the settings that shape the result (n, rollout, dtype); a mismatch is a miss.
 """
 from __future__ import annotations
 

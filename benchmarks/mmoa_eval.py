@@ -52,13 +52,16 @@ def main() -> None:
     from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
     from ragrl.models.agent_adapters import load_agent_adapters, set_agent_adapters
     from ragrl.models.policy import load_policy
+    from ragrl.train.policy import torch_dtype
     from ragrl.rollout.episode import RolloutConfig
     from ragrl.rollout.hf_engine import HFEngine
     from ragrl.train.config import DataConfig, TrainConfig
     from ragrl.train.trainer import default_retriever
 
     retriever = default_retriever(TrainConfig(data=DataConfig(corpus="kit:corpus/wiki_passages.jsonl.gz")))
-    base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
+    # bf16 where this hardware computes it natively, else fp32 (emulated bf16 is 2-3x slower)
+    dtype = torch_dtype("auto")
+    base, tok = load_policy("smollm2-135m-instruct", dtype=dtype)
     adapters = {"SFT": args.sft, **dict(r.split("=", 1) for r in args.run)}
     digest = {name: adapter_digest(path) for name, path in adapters.items()}
     # peft adapter names may not hold dots or spaces: a slot per system
@@ -74,7 +77,7 @@ def main() -> None:
                 model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
-    result: dict = {"settings": {"n": args.n, "adapters": adapters, "adapter_sha1": digest,
+    result: dict = {"settings": {"n": args.n, "dtype": str(dtype), "adapters": adapters, "adapter_sha1": digest,
                                  "index": "bm25 over the full corpus"}, "sets": {}}
     md = ["# MMOA-RAG (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
     pooled: dict[str, dict[str, list]] = {}   # system -> metric -> per-question values, both sets in order
@@ -96,7 +99,8 @@ def main() -> None:
                                                                  rollout=rollout))
             return res["mmoa"]["trajectories"]
 
-        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, rollout.__dict__)
+        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n,
+                      {**rollout.__dict__, "dtype": str(dtype)})
 
         def cached(name: str, key: str, run) -> list:
             metrics = cache.get(name, key)

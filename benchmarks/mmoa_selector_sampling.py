@@ -55,6 +55,7 @@ def main() -> None:
     from ragrl.agents.mmoa import MMOAProtocol
     from ragrl.datasets import load_questions
     from ragrl.models.policy import load_policy
+    from ragrl.train.policy import torch_dtype
     from ragrl.rollout.episode import RolloutConfig
     from ragrl.rollout.hf_engine import HFEngine
     from ragrl.rollout.pipeline import run_mmoa_episodes
@@ -65,9 +66,11 @@ def main() -> None:
     # keyed as the pipeline names a trajectory's sample (its id, else its index)
     gold = {str(s.get("id", i)): set(s["gold_passage_ids"]) for i, s in enumerate(samples)}
     retriever = default_retriever(TrainConfig(data=DataConfig(corpus="kit:corpus/wiki_passages.jsonl.gz")))
-    base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
+    # bf16 where this hardware computes it natively, else fp32 (emulated bf16 is 2-3x slower)
+    dtype = torch_dtype("auto")
+    base, tok = load_policy("smollm2-135m-instruct", dtype=dtype)
     engine = HFEngine(PeftModel.from_pretrained(base, args.adapter), tok, max_batch_size=32)
-    result = {"settings": {"adapter": args.adapter, "n": len(samples), "samples": args.samples,
+    result = {"settings": {"dtype": str(dtype), "adapter": args.adapter, "n": len(samples), "samples": args.samples,
                            "questions": "pool-train (first n with gold passages)",
                            "index": "bm25 over the full corpus"}, "by_temperature": {}}
     for temp in (float(t) for t in args.temperatures.split(",")):

@@ -44,6 +44,7 @@ def main() -> None:
     from ragrl.eval.harness import EvalConfig, evaluate
     from ragrl.eval.stats import summarize
     from ragrl.models.policy import load_policy
+    from ragrl.train.policy import torch_dtype
     from ragrl.rollout.episode import RolloutConfig
     from ragrl.rollout.hf_engine import HFEngine
     from ragrl.train.config import TrainConfig
@@ -52,7 +53,9 @@ def main() -> None:
     retriever = default_retriever(TrainConfig(data=_data("kit:corpus/wiki_passages.jsonl.gz")))
     rollout = RolloutConfig(max_turns=3, max_searches=2, max_turn_tokens=40, max_response_tokens=288,
                             max_obs_tokens=160, passage_words=30, topk=3)
-    base, tok = load_policy("smollm2-135m-instruct", dtype=torch.bfloat16)
+    # bf16 where this hardware computes it natively, else fp32 (emulated bf16 is 2-3x slower)
+    dtype = torch_dtype("auto")
+    base, tok = load_policy("smollm2-135m-instruct", dtype=dtype)
     adapters = {"SFT": args.sft, **{f"SFT + PPO (cost {c})": d for c, d in (p.split("=", 1) for p in args.ppo)}}
     last = list(adapters)[-1]   # the policy --thresholds runs
     if args.threshold_on:
@@ -67,11 +70,12 @@ def main() -> None:
             model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     pooled: dict[str, dict] = {}   # system -> {set:question: scores}, both sets together
-    result: dict = {"settings": {"n": args.n, "adapters": adapters, "index": "bm25 over the full corpus",
+    result: dict = {"settings": {"n": args.n, "dtype": str(dtype), "adapters": adapters, "index": "bm25 over the full corpus",
                                  "rollout": rollout.__dict__}, "sets": {}}
     for set_name, path in SETS.items():
         samples = load_questions(path, limit=args.n)
-        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, rollout.__dict__)
+        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n,
+                      {**rollout.__dict__, "dtype": str(dtype)})
         summaries: dict = {}
 
         def run(name: str, adapter_key: str, fn) -> None:
