@@ -26,8 +26,9 @@ for a generator too weak for its answers' F1 to say which documents helped.
 0.5
 
 `selector_beta` scores the kept documents by F-beta instead: beta > 1 weighs recall above
-precision, so that a selector sampled at temperature 1 (which keeps near-random documents) is not
-taught that keeping fewer documents pays.
+precision. It does not by itself stop a selector from learning to keep one document: with two
+gold passages, F2 still scores one gold document (0.56) above one gold and one wrong (0.50), so a
+second document pays only where it is gold often enough (README, MMOA results).
 
 >>> t.agent = "selector"
 >>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=1.0, selector_beta=2.0), 4)  # 0.5 + F2(0.5, 1)
