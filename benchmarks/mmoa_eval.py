@@ -44,7 +44,6 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mmoa_eval"))
     args = ap.parse_args()
 
-    import torch
     from peft import PeftModel
 
     from ragrl.datasets import load_questions

@@ -49,7 +49,6 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mmoa_selector_sampling.json"))
     args = ap.parse_args()
 
-    import torch
     from peft import PeftModel
 
     from ragrl.agents.mmoa import MMOAProtocol

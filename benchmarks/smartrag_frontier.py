@@ -35,7 +35,6 @@ def main() -> None:
         if "=" not in spec or not Path(spec.split("=", 1)[1], "adapter_config.json").is_file():
             ap.error(f"--ppo {spec!r}: expected COST=ADAPTER_DIR with adapter_config.json in the folder")
 
-    import torch
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from peft import PeftModel
