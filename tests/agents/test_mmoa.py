@@ -80,6 +80,9 @@ def test_pipeline_runner_writes_one_trajectory_per_agent(tiny_model_dir, index):
         n_docs = len(r.metrics["retrieved"])
         assert 1 <= n_docs <= 10 and len(set(r.metrics["retrieved"])) == n_docs      # de-duplicated
         assert set(s.metrics["selected"]) <= set(r.metrics["retrieved"]) and s.metrics["penalized"] is False
+        # what the trainer logs per step (rollout/<name>)
+        assert s.metrics["scalars"]["selector_kept"] == len(s.metrics["selected"])
+        assert r.metrics["scalars"] == {"rewriter_subquestions": len(r.metrics["subquestions"])}
         for t in (r, s, g):
             assert t.action_mask[:t.prompt_len] == [0] * t.prompt_len and sum(t.action_mask) > 0
             assert len(t.token_ids) == len(t.logprobs) == len(t.action_mask)
@@ -163,6 +166,7 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
         per_agent = [r[f"reward/{a}"] for a in ("rewriter", "selector", "generator")]
         assert r["reward_mean"] == pytest.approx(sum(per_agent) / 3, abs=1e-6)
         assert all(0.0 <= r[f"penalized/{a}"] <= 1.0 for a in ("rewriter", "selector", "generator"))
+        assert 1.0 <= r["rollout/rewriter_subquestions"] <= 4.0 and 0.0 <= r["rollout/selector_kept"] <= 10.0
 
 
 def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_samples(tiny_model_dir, demo_bm25_dir,
@@ -196,6 +200,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     rows = trainer.train(progress=False)
     assert rows[0]["updates"] >= 1 and "value_loss" in rows[0]
     assert "eval/selector_f1" in rows[-1] and (tmp_path / "run" / "best_adapter").is_dir()   # keep_best ran
+    assert 0.0 <= rows[-1]["eval/selector_kept"] <= 10.0
     batch, prep = seen[0]
     mask = batch.action_mask.bool()
     first = mask.float().argmax(dim=1)

@@ -127,5 +127,13 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         p.trajs["rewriter"].num_searches = len(p.subqs)
         p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.docs]]
         p.trajs["selector"].turns[0].passage_ids = [kept_ids]
+        # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
+        # keep a single document, or a rewriter that never splits, shows in the curves.
+        p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
+        sel = p.trajs["selector"].metrics
+        sel["scalars"] = {"selector_kept": float(len(kept_ids))}
+        if gold:
+            pr, rc = sel["selector_precision"], sel["selector_recall"]
+            sel["scalars"]["selector_f1"] = 2 * pr * rc / (pr + rc) if pr + rc else 0.0
         out += [p.trajs[a] for a in AGENTS]
     return out, stats

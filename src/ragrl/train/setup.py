@@ -111,6 +111,7 @@ def _agent_eval(engine, retriever, cfg: TrainConfig, samples, seed, per_question
     if trajs and all("selector_precision" in t.metrics for t in trajs):   # MMOA-RAG: keep_best: selector_f1
         from ragrl.rewards.mmoa import selector_f1
         out["selector_f1"] = 100 * sum(selector_f1(t.metrics) for t in trajs) / len(trajs)
+        out["selector_kept"] = sum(len(t.metrics["selected"]) for t in trajs) / len(trajs)
     if per_question:
         out["per_question"] = s["per_question"]
     return out

@@ -179,6 +179,7 @@ class Trainer:
             keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len"]
             if any("gold_recall" in r for r in rows):
                 keys = ["reward_mean", "gold_recall", "f1", "searches"] + [k for k in ("eval/recall",) if k in rows[-1]]
+            keys += ["eval/f1", "eval/selector_f1"] + sorted(k for k in rows[-1] if k.startswith("rollout/"))
             line_plot(rows, keys, self.run_dir / "curves.png")
 
     def _keep_best(self, row: dict) -> None:
@@ -338,6 +339,13 @@ class Trainer:
             mine = [t for t in trajs if t.agent == agent]
             row[f"reward/{agent}"] = sum(t.reward for t in mine) / len(mine)
             row[f"penalized/{agent}"] = sum(bool(t.metrics.get("penalized")) for t in mine) / len(mine)
+        # Scalars a runner reports on its trajectories (the MMOA pipeline: documents the selector
+        # kept, their F1 against gold, sub-questions): one mean each, over those that carry it.
+        scalars: dict[str, list[float]] = {}
+        for t in trajs:
+            for k, v in t.metrics.get("scalars", {}).items():
+                scalars.setdefault(k, []).append(float(v))
+        row.update({f"rollout/{k}": sum(v) / len(v) for k, v in sorted(scalars.items())})
         row.update({k: v for k, v in ustats.items()})
         row.update(pstats)
         return row
