@@ -134,6 +134,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         sel["scalars"] = {"selector_kept": float(len(kept_ids))}
         if gold:
             pr, rc = sel["selector_precision"], sel["selector_recall"]
+            # rewards.mmoa.selector_f1 at beta 1, written out: the rollout layer imports no rewards
             sel["scalars"]["selector_f1"] = 2 * pr * rc / (pr + rc) if pr + rc else 0.0
         out += [p.trajs[a] for a in AGENTS]
     return out, stats
