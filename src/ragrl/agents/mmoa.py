@@ -78,6 +78,20 @@ def parse_selection(text: str, n_docs: int) -> tuple[list[int], bool]:
     return ids, penalized
 
 
+def selector_f1(metrics: dict, beta: float = 1.0) -> float:
+    """F1 (F-beta) of the selector's kept documents against the gold passages, from the pipeline
+    runner's `selector_precision` / `selector_recall` (0 where they are missing).
+
+    >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}), selector_f1({})
+    (0.6666666666666666, 0.0)
+    >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}, beta=2.0)   # 5 * .5 / (4 * .5 + 1)
+    0.8333333333333334
+    """
+    p, r = metrics.get("selector_precision", 0.0), metrics.get("selector_recall", 0.0)
+    b2 = beta * beta
+    return (1 + b2) * p * r / (b2 * p + r) if p + r else 0.0
+
+
 def generator_penalized(answer: str | None) -> bool:
     """Penalized (−1) for an answer over 30 words."""
     return len((answer or "").split()) > MAX_ANSWER_WORDS

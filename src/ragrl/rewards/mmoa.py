@@ -37,6 +37,7 @@ second document pays only where it is gold often enough (README, MMOA results).
 from __future__ import annotations
 
 from ragrl.errors import ConfigError, RagrlError
+from ragrl.agents.mmoa import selector_f1   # the selector's own score, shared with the pipeline runner
 from ragrl.rewards.qa import f1_score, golds_of
 from ragrl.rollout.trajectory import Trajectory
 
@@ -66,17 +67,3 @@ def _check_options(selector_beta: float = 1.0, **_) -> None:
 
 
 mmoa_reward.check_options = _check_options   # read by the reward registry when a recipe is loaded
-
-
-def selector_f1(metrics: dict, beta: float = 1.0) -> float:
-    """F1 (F-beta) of the selector's kept documents against the gold passages, from the pipeline
-    runner's `selector_precision` / `selector_recall` (0 where they are missing).
-
-    >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}), selector_f1({})
-    (0.6666666666666666, 0.0)
-    >>> selector_f1({"selector_precision": 0.5, "selector_recall": 1.0}, beta=2.0)   # 5 * .5 / (4 * .5 + 1)
-    0.8333333333333334
-    """
-    p, r = metrics.get("selector_precision", 0.0), metrics.get("selector_recall", 0.0)
-    b2 = beta * beta
-    return (1 + b2) * p * r / (b2 * p + r) if p + r else 0.0

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from ragrl.agents.mmoa import (AGENTS, MMOAProtocol, generator_penalized, parse_selection, parse_subquestions,
-                               selector_grammar, split_budget)
+                               selector_f1, selector_grammar, split_budget)
 from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.engine import Engine, SamplingParams
@@ -133,8 +133,6 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         sel = p.trajs["selector"].metrics
         sel["scalars"] = {"selector_kept": float(len(kept_ids))}
         if gold:
-            pr, rc = sel["selector_precision"], sel["selector_recall"]
-            # rewards.mmoa.selector_f1 at beta 1, written out: the rollout layer imports no rewards
-            sel["scalars"]["selector_f1"] = 2 * pr * rc / (pr + rc) if pr + rc else 0.0
+            sel["scalars"]["selector_f1"] = selector_f1(sel)
         out += [p.trajs[a] for a in AGENTS]
     return out, stats
