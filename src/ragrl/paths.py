@@ -1,6 +1,8 @@
 """Where ragrl keeps caches and where the bundled demo data lives."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -20,6 +22,19 @@ KIT_PREFIX = "kit:"
 def ragrl_home() -> Path:
     """Cache root: $RAGRL_HOME, default ~/.cache/ragrl."""
     return Path(os.environ.get("RAGRL_HOME", Path.home() / ".cache" / "ragrl")).expanduser()
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """An exclusive fcntl lock on `path` (created if missing), released when the process dies,
+    so a crash never wedges it. Guards the caches under $RAGRL_HOME that several processes
+    (the ranks of one run, or two runs) may try to fill at once."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def data_kit() -> Path:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -278,3 +279,35 @@ def test_hnsw_matches_flat_search_after_save_and_load(in_memory, tmp_path):
     loaded = DenseIndex.load(tmp_path / "dense", flat.corpus, flat.encoder, hnsw=True)
     # 30 vectors and a beam of 64: the graph search is exhaustive, so it must equal exact search.
     _assert_same_hits(loaded.search(QUERIES, 5), flat.search(QUERIES, 5))
+
+
+_RACER = """
+import os, sys, time
+from pathlib import Path
+from ragrl.retrieval.index import cached_index, load_index
+corpus, out, go = sys.argv[1:4]
+while not os.path.exists(go):
+    time.sleep(0.001)
+path = cached_index(corpus, out, "bm25", progress=False)
+index = load_index(path)
+hits = index.search(["quizzaciously grazing zorbleflax okapi"], 1)
+print(os.stat(path).st_ino, index.manifest["created"], hits[0][0].id)
+"""
+
+
+def test_cached_index_is_built_once_when_processes_ask_at_once(corpus_file, tmp_path):
+    """The ranks of a distributed run ask for the same cached index at the same moment: one
+    builds it, the others wait and load that one (a second build used to rename the first one's
+    directory away while another rank was loading it)."""
+    out, go = tmp_path / "cache" / "bm25-x", tmp_path / "go"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(corpus_file), str(out), str(go)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    time.sleep(3)   # let every interpreter import ragrl and start polling
+    go.touch()
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
+    lines = {out_.strip() for out_, _ in results}
+    assert len(lines) == 1, lines   # the same directory (inode) and the same build, seen by all four
+    assert lines.pop().endswith(" u1")
+    assert sorted(p.name for p in out.parent.iterdir() if not p.name.endswith(".lock")) == ["bm25-x"]

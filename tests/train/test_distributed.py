@@ -153,7 +153,10 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
             assert (side / "deepspeed").is_dir(), f"{side} is missing: run ./install.sh"
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(side), env.get("PYTHONPATH")]))
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        # rank 0's own traceback first: the tail is mostly the launcher's summary and the other
+        # rank's "connection closed by peer"
+        rank0 = "\n".join(line for line in res.stderr.splitlines() if line.startswith("[rank0]"))
+        assert res.returncode == 0, rank0[-3000:] + "\n---\n" + res.stdout[-1500:] + res.stderr[-2000:]
         return res.stdout + res.stderr
 
     log = launch()

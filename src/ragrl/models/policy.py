@@ -10,7 +10,6 @@ serialises concurrent conversions (two processes starting at once convert once, 
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -18,13 +17,12 @@ import os
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from ragrl.errors import ModelError
-from ragrl.paths import ragrl_home
+from ragrl.paths import file_lock, ragrl_home
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_ALIASES = {SMOLLM2, "huggingfacetb/smollm2-135m-instruct"}
@@ -114,7 +112,7 @@ def ensure_smollm2() -> Path:
         return target
     gguf = smollm2_gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.parent / f".{SMOLLM2}.lock"):
+    with file_lock(target.parent / f".{SMOLLM2}.lock"):
         if (target / COMPLETE).is_file():  # another process finished while we waited for the lock
             return target
         # Holding the lock, any temp dir left here belongs to a process that died mid-conversion.
@@ -210,17 +208,6 @@ def _resolve_hub(name: str) -> Path:
             f"Unknown policy model {name!r}: not a local path, and {hint}. Use '{SMOLLM2}' "
             "(bundled, offline), a local model directory, or a hub id with network access."
         ) from error
-
-
-@contextmanager
-def _file_lock(path: Path):
-    """An exclusive fcntl lock, released when the process dies (so a crash never wedges it)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _sha256(path: Path) -> str:

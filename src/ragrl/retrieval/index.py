@@ -150,6 +150,23 @@ def build_index(
     return out_dir
 
 
+def cached_index(corpus_path: str | Path, out_dir: str | Path, kind: str = "bm25", **kwargs) -> Path:
+    """`build_index` unless a finished index (one with a manifest) is already at `out_dir`; for
+    caches keyed by content. Under a file lock: the ranks of a distributed run all ask for the
+    same cached index at once, and a second builder would rename the first one's index away
+    while that rank was loading it."""
+    from ragrl.paths import file_lock
+
+    out_dir = Path(out_dir)
+    if (out_dir / MANIFEST).is_file():
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(out_dir.parent / f".{out_dir.name}.lock"):
+        if not (out_dir / MANIFEST).is_file():   # nobody finished it while we waited
+            build_index(corpus_path, out_dir, kind, **kwargs)
+    return out_dir
+
+
 def _check_replaceable(out_dir: Path) -> None:
     """Only an older index (or nothing, or an empty folder) may be replaced: never a user's folder."""
     if not out_dir.exists():

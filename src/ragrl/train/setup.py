@@ -195,16 +195,14 @@ def cached_dense_index(corpus: str | None, vectors: str, encoder: str) -> Path:
     import hashlib
 
     from ragrl.paths import DEMO_CORPUS, ragrl_home
-    from ragrl.retrieval.index import build_index
+    from ragrl.retrieval.index import cached_index
 
     corpus_path, vectors_path = resolve_kit(corpus) if corpus else DEMO_CORPUS, resolve_kit(vectors)
     h = hashlib.sha256()
     for p in (corpus_path, vectors_path):
         h.update(hashlib.sha256(p.read_bytes()).digest())
-    out = ragrl_home() / "indexes" / f"dense-{h.hexdigest()[:16]}"
-    if not (out / "manifest.json").exists():
-        build_index(corpus_path, out, kind="dense", encoder=encoder, vectors=vectors_path, progress=False)
-    return out
+    return cached_index(corpus_path, ragrl_home() / "indexes" / f"dense-{h.hexdigest()[:16]}", "dense",
+                        encoder=encoder, vectors=vectors_path, progress=False)
 
 
 def _frozen_generator(cfg: TrainConfig):

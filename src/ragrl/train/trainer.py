@@ -416,14 +416,11 @@ def cached_bm25_index(corpus: str | None) -> Path:
     import hashlib
 
     from ragrl.paths import DEMO_CORPUS, ragrl_home, resolve_kit
-    from ragrl.retrieval.index import build_index
+    from ragrl.retrieval.index import cached_index
 
     path = resolve_kit(corpus) if corpus else DEMO_CORPUS
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    out = ragrl_home() / "indexes" / f"bm25-{digest}"
-    if not (out / "manifest.json").exists():
-        build_index(path, out, kind="bm25", progress=False)
-    return out
+    return cached_index(path, ragrl_home() / "indexes" / f"bm25-{digest}", "bm25", progress=False)
 
 
 class _progress:
