@@ -98,8 +98,10 @@ def main() -> None:
                                                                  rollout=rollout))
             return res["mmoa"]["trajectories"]
 
+        # selector_samples is left out of the key: evaluation never branches (the harness sets it to 1),
+        # and entries written before the setting existed stay valid.
         cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n,
-                      {**rollout.__dict__, "dtype": str(dtype)})
+                      {**{k: v for k, v in rollout.__dict__.items() if k != "selector_samples"}, "dtype": str(dtype)})
 
         def cached(name: str, key: str, run) -> list:
             metrics = cache.get(name, key)

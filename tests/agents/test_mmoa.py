@@ -92,6 +92,40 @@ def test_pipeline_runner_writes_one_trajectory_per_agent(tiny_model_dir, index):
     assert mmoa_reward(t, samples[0]) == pytest.approx(mmoa_reward(trajs[2], samples[0]) - 0.5)
 
 
+def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(tiny_model_dir, index):
+    """rollout.selector_samples = 3: each pipeline keeps one rewriter output and its candidates, the
+    selector samples 3 selections of them (one group per pipeline, so a group baseline compares
+    selections of the same candidates) and the generator answers each; evaluation never branches."""
+    from ragrl.eval.harness import EvalConfig, evaluate
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy(str(tiny_model_dir))
+    engine = HFEngine(model, tok)
+    samples = load_questions("demo-eval", limit=2)
+    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples,
+                                 RolloutConfig(n=2, temperature=1.0, seed=0, selector_samples=3))
+    assert [t.agent for t in trajs] == (["rewriter"] + ["selector", "generator"] * 3) * 4   # 2 questions x n=2
+    differ = 0
+    for k in range(0, 28, 7):
+        r, sels, gens = trajs[k], trajs[k + 1:k + 7:2], trajs[k + 2:k + 7:2]
+        prompt = sels[0].token_ids[:sels[0].prompt_len]
+        assert all(s.token_ids[:s.prompt_len] == prompt for s in sels)        # the same candidates, one prompt
+        assert all(t.metrics["retrieved"] == r.metrics["retrieved"] for t in sels + gens)
+        assert len({s.group for s in sels}) == 1
+        for s, g in zip(sels, gens):
+            assert s.answer == g.answer and s.metrics["selected"] == g.metrics["selected"]   # its own answer
+        assert r.answer == gens[0].answer and r.metrics["selected"] == sels[0].metrics["selected"]
+        differ += len({tuple(s.token_ids[s.prompt_len:]) for s in sels}) > 1
+    assert differ >= 1                                   # sampled per branch, not copied
+    selector_groups = {t.group for t in trajs if t.agent == "selector"}
+    other_groups = {t.group for t in trajs if t.agent != "selector"}
+    assert len(selector_groups) == 4 and len(other_groups) == 4 and not selector_groups & other_groups
+    res = evaluate(engine, index, samples, EvalConfig(agent="mmoa", systems=["agent"], n=2,
+                                                      rollout=RolloutConfig(temperature=0.0, selector_samples=3)))
+    assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
+
+
 def test_each_agents_advantages_use_its_own_values():
     """GAE runs per sample: an agent's returns depend on its own rewards only, and its raw
     advantages on its own values (before the batch whitening)."""
@@ -169,12 +203,15 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
         assert 1.0 <= r["rollout/rewriter_subquestions"] <= 4.0 and 0.0 <= r["rollout/selector_kept"] <= 10.0
 
 
+@pytest.mark.parametrize("selector_samples", [1, 2])
 def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_samples(tiny_model_dir, demo_bm25_dir,
-                                                                                   tmp_path, monkeypatch):
+                                                                                   tmp_path, monkeypatch,
+                                                                                   selector_samples):
     """gae_baseline (the `tiny_grouped` variant, one step): the critic still scores every agent's
     sample, but its targets are the rewards centred per (question, agent) group of rollout.n
     samples, so with gamma = lam = 1 they sum to 0 in each group (and a group's samples share one
-    prompt, hence one agent)."""
+    prompt, hence one agent). With rollout.selector_samples = 2 the selector's groups are its 2
+    selections of one pipeline, and each pipeline's generator answers both."""
     from ragrl.train import trainer as trainer_module
     from ragrl.train.recipe import load_train_config
 
@@ -182,6 +219,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
                                            f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
                                            "rollout.n=2", "questions_per_step=2", "sft.steps=0", "save_every=10",
                                            "eval_every=1", "data.eval=demo-eval", "data.eval_n=2",
+                                           f"rollout.selector_samples={selector_samples}",
                                            f"out_dir={tmp_path / 'run'}"], variant="tiny_grouped")
     assert (cfg.algo.estimator, cfg.algo.lam, cfg.keep_best) == ("gae_baseline", 1.0, "selector_f1")
     trainer = trainer_module.Trainer(cfg)
@@ -206,11 +244,17 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     first = mask.float().argmax(dim=1)
     target = prep.returns[torch.arange(len(first)), first]         # the centred outcome of each sample
     groups = batch.group_ids.tolist()
-    assert len(groups) == 12 and all(groups.count(g) == 2 for g in groups)    # 2 questions x 3 agents x n=2
+    k = selector_samples   # 2 questions x n=2 pipelines: 1 rewriter, k selector and k generator samples each
+    assert len(groups) == 2 * 2 * (1 + 2 * k)
+    sizes = sorted(groups.count(g) for g in set(groups))
+    # (question, rewriter) and (question, generator) groups; selector: per question (k=1) or per pipeline
+    assert sizes == ([2] * 6 if k == 1 else sorted([2] * 2 + [2 * k] * 2 + [k] * 4))
     for g in set(groups):
-        i, j = [r for r, x in enumerate(groups) if x == g]
-        assert float(target[i]) == pytest.approx(float(batch.scores[i] - batch.scores[j]) / 2, abs=1e-5)
-        assert float(target[i] + target[j]) == pytest.approx(0.0, abs=1e-5)
+        rows = [r for r, x in enumerate(groups) if x == g]
+        mean = float(batch.scores[rows].mean())
+        for i in rows:
+            assert float(target[i]) == pytest.approx(float(batch.scores[i]) - mean, abs=1e-5)
+        assert float(target[rows].sum()) == pytest.approx(0.0, abs=1e-5)
 
 
 def test_sft_examples_target_gold_passages_and_answers(index):
@@ -325,3 +369,20 @@ def test_agent_settings_that_cannot_apply_are_refused():
         check_agents(load_train_config("search_r1_grpo", ["frozen_agents=[generator]"], variant="tiny"))
     with pytest.raises(ConfigError, match="model.lora is false"):
         check_agents(load_train_config("mmoa_mappo", ["agent_adapters=per_agent", "model.lora=false"], variant="tiny"))
+    with pytest.raises(ConfigError, match="selector_samples=2 branches a pipeline at its selector, but agent 'search_r1'"):
+        check_agents(load_train_config("search_r1_grpo", ["rollout.selector_samples=2"], variant="tiny"))
+    with pytest.raises(ConfigError, match="selector_samples must be an integer >= 1, got 0"):
+        check_agents(load_train_config("mmoa_mappo", ["rollout.selector_samples=0"], variant="tiny"))
+    check_agents(load_train_config("mmoa_mappo", ["rollout.selector_samples=4"], variant="tiny"))   # accepted
+
+
+def test_the_multi_turn_runner_refuses_selector_branching(tiny_model_dir):
+    from ragrl.agents.search_r1 import SearchR1Protocol
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.episode import run_episodes
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy(str(tiny_model_dir))
+    with pytest.raises(ConfigError, match="multi-turn runner has no selector"):
+        run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
+                     RolloutConfig(selector_samples=2))

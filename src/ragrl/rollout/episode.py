@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ragrl.agents.base import Action, Protocol
+from ragrl.errors import ConfigError
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.engine import Engine, Generation, SamplingParams
 from ragrl.rollout.snippets import snippet, truncate_words
@@ -42,6 +43,9 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     n: int = 1                         # samples per question (GRPO/RLOO groups)
+    # The pipeline runner (MMOA-RAG) only: selections sampled per pipeline, each answered; they share
+    # a group, so a group baseline compares selections of the same candidates. Evaluation uses 1.
+    selector_samples: int = 1
     seed: int = 0
 
 
@@ -115,6 +119,9 @@ def run_episodes(
     samples: dicts with at least `id`, `question`, `answers`.
     Returns (trajectories, stats) where stats has generate_s, retrieval_s, gen_tokens.
     """
+    if cfg.selector_samples != 1:
+        raise ConfigError(f"rollout.selector_samples={cfg.selector_samples}: the multi-turn runner has no selector "
+                          "to branch at (only the MMOA pipeline does); leave it at 1")
     tok = engine.tokenizer
     states: list[_State] = []
     for i, s in enumerate(samples):

@@ -8,6 +8,13 @@ them the same, and `metrics["penalized"]` flags that agent's own penalty (ragrl.
 The selector decodes under a grammar (`SamplingParams.allowed_tokens`): only `Document<d>` ids,
 commas and end of sequence. Where the model has one LoRA adapter per agent, each agent generates
 with its own (ragrl.models.agent_adapters); otherwise all share one.
+
+With `cfg.selector_samples` = K > 1 a pipeline branches at the selector: its rewriter output and
+candidates are kept, the selector samples K selections of them and the generator answers each, so
+a pipeline yields one rewriter trajectory (scored by its first branch's answer) and K selector and
+generator trajectories. The K selector samples of one pipeline share a group of their own: a group
+baseline (gae_baseline, grpo) then compares selections of the *same* candidates, which says which
+documents helped, where a group over pipelines mixes in how lucky the rewriter's retrieval was.
 """
 from __future__ import annotations
 
@@ -34,7 +41,8 @@ class MMOABudgets:
 @dataclass
 class _Pipe:
     sample: dict
-    index: int
+    index: int                 # the question's position in `samples`
+    pipeline: int = 0          # which of its cfg.n pipelines
     subqs: list[str] = field(default_factory=list)
     docs: list[Hit] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
@@ -46,11 +54,21 @@ class _Pipe:
 def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
                       cfg: RolloutConfig, *, group_offset: int = 0,
                       budgets: MMOABudgets | None = None) -> tuple[list[Trajectory], dict[str, float]]:
-    """3 x cfg.n trajectories per sample (sample-major, then pipeline, then agent order)."""
+    """(1 + 2 x cfg.selector_samples) x cfg.n trajectories per sample: sample-major, then pipeline,
+    then branch (its rewriter's trajectory first), then agent order."""
     b = budgets or MMOABudgets()
     tok = engine.tokenizer
-    pipes = [_Pipe(s, i) for i, s in enumerate(samples) for _ in range(cfg.n)]
+    if not isinstance(cfg.selector_samples, int) or cfg.selector_samples < 1:
+        from ragrl.errors import ConfigError
+        raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {cfg.selector_samples!r}")
+    pipes = [_Pipe(s, i, j) for i, s in enumerate(samples) for j in range(cfg.n)]
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
+
+    def group(pipe: _Pipe, agent: str) -> int:
+        if agent == "selector" and cfg.selector_samples > 1:
+            # One group per pipeline; negative, so it never meets a (question, agent) id.
+            return -1 - ((group_offset + pipe.index) * cfg.n + pipe.pipeline)
+        return (group_offset + pipe.index) * len(AGENTS) + AGENTS.index(agent)
 
     def generate(agent: str, messages: list[list[dict]], max_tokens: int, allowed=None) -> None:
         prompts = [chat_ids(tok, m) for m in messages]
@@ -69,7 +87,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
                 sample_id=str(pipe.sample.get("id", pipe.index)), question=pipe.sample["question"],
                 golds=list(pipe.sample.get("answers", [])), token_ids=p + list(g.token_ids),
                 action_mask=[0] * len(p) + [1] * len(g.token_ids), logprobs=[0.0] * len(p) + list(g.logprobs),
-                prompt_len=len(p), group=(group_offset + pipe.index) * len(AGENTS) + AGENTS.index(agent),
+                prompt_len=len(p), group=group(pipe, agent),
                 agent=agent, turns=[Turn(action_text=text, kind=agent)], num_turns=1, stop_reason=g.stop_reason,
                 metrics={"protocol": protocol.name})
 
@@ -98,13 +116,16 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
                     p.docs.append(h)
         p.docs = p.docs[: b.total_candidates]
     stats["retrieval_s"] += time.perf_counter() - t0
+    # 3a. branch: K copies of each pipeline share its sub-questions and candidates (not its rewriter trajectory)
+    pipes = [p if k == 0 else _Pipe(p.sample, p.index, p.pipeline, p.subqs, p.docs,
+                                    penalized={"rewriter": p.penalized["rewriter"]})
+             for p in pipes for k in range(cfg.selector_samples)]
     # 3. selector, constrained to id lists over this pipeline's documents
-    with_docs = [p for p in pipes if p.docs]
     generate("selector", [protocol.selector_messages(p.sample["question"], p.docs) for p in pipes],
              b.selector_tokens, allowed=[selector_grammar(tok, max(1, len(p.docs))) for p in pipes])
     for p in pipes:
         p.kept, p.penalized["selector"] = parse_selection(p.trajs["selector"].turns[0].action_text, len(p.docs))
-        if p not in with_docs:
+        if not p.docs:
             p.kept, p.penalized["selector"] = [], False
     # 4. generator
     generate("generator", [protocol.generator_messages(p.sample["question"], [p.docs[i] for i in p.kept])
@@ -116,6 +137,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         gold = set(p.sample.get("gold_passage_ids") or [])
         kept_ids = [p.docs[i].id for i in p.kept]
         for agent in AGENTS:
+            if agent not in p.trajs:      # a branch after the first has no rewriter trajectory
+                continue
             t = p.trajs[agent]
             t.answer = p.answer
             t.metrics.update(penalized=bool(p.penalized[agent]), subquestions=list(p.subqs),
@@ -123,16 +146,17 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             if gold:
                 t.metrics["selector_precision"] = len(gold & set(kept_ids)) / len(kept_ids) if kept_ids else 0.0
                 t.metrics["selector_recall"] = len(gold & set(kept_ids)) / len(gold)
-        p.trajs["rewriter"].turns[0].queries = list(p.subqs)
-        p.trajs["rewriter"].num_searches = len(p.subqs)
-        p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.docs]]
+        if "rewriter" in p.trajs:
+            p.trajs["rewriter"].turns[0].queries = list(p.subqs)
+            p.trajs["rewriter"].num_searches = len(p.subqs)
+            p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.docs]]
+            # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
+            # keep a single document, or a rewriter that never splits, shows in the curves.
+            p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
         p.trajs["selector"].turns[0].passage_ids = [kept_ids]
-        # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
-        # keep a single document, or a rewriter that never splits, shows in the curves.
-        p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
         sel = p.trajs["selector"].metrics
         sel["scalars"] = {"selector_kept": float(len(kept_ids))}
         if gold:
             sel["scalars"]["selector_f1"] = selector_f1(sel)
-        out += [p.trajs[a] for a in AGENTS]
+        out += [p.trajs[a] for a in AGENTS if a in p.trajs]
     return out, stats

@@ -155,10 +155,18 @@ __all__ = ["check_combinations", "check_everything", "RagrlError"]
 
 
 def check_agents(cfg: TrainConfig) -> None:
-    """frozen_agents and agent_adapters name agents the protocol has (MMOA-RAG's three)."""
+    """frozen_agents and agent_adapters name agents the protocol has (MMOA-RAG's three);
+    rollout.selector_samples needs a runner with a selector."""
+    from ragrl.agents.registry import get_protocol
+
+    k = cfg.rollout.selector_samples
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {k!r}")
+    if k > 1 and (cfg.policy != "lm" or getattr(get_protocol(cfg.agent), "runner", "multi_turn") != "pipeline"):
+        raise ConfigError(f"rollout.selector_samples={k} branches a pipeline at its selector, but agent {cfg.agent!r} "
+                          f"(policy {cfg.policy}) has no selector (only the MMOA pipeline does); leave it at 1")
     if not cfg.frozen_agents and cfg.agent_adapters == "shared":
         return
-    from ragrl.agents.registry import get_protocol
 
     agents = tuple(get_protocol(cfg.agent).agents)
     unknown = [a for a in cfg.frozen_agents if a not in agents]
