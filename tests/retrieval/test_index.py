@@ -311,3 +311,15 @@ def test_cached_index_is_built_once_when_processes_ask_at_once(corpus_file, tmp_
     assert len(lines) == 1, lines   # the same directory (inode) and the same build, seen by all four
     assert lines.pop().endswith(" u1")
     assert sorted(p.name for p in out.parent.iterdir() if not p.name.endswith(".lock")) == ["bm25-x"]
+
+
+def test_cached_index_clears_what_a_killed_builder_left(corpus_file, tmp_path):
+    from ragrl.retrieval.index import MANIFEST, cached_index
+
+    out = tmp_path / "cache" / "bm25-y"
+    stale = out.parent / ".bm25-y.tmp-deadbeef"
+    (stale / "part").mkdir(parents=True)
+    other = out.parent / ".bm25-z.tmp-deadbeef"      # another cache's build: not ours to remove
+    other.mkdir()
+    assert cached_index(corpus_file, out, "bm25") == out and (out / MANIFEST).is_file()
+    assert not stale.exists() and other.is_dir()

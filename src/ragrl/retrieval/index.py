@@ -163,6 +163,10 @@ def cached_index(corpus_path: str | Path, out_dir: str | Path, kind: str = "bm25
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(out_dir.parent / f".{out_dir.name}.lock"):
         if not (out_dir / MANIFEST).is_file():   # nobody finished it while we waited
+            # A builder killed mid-way (SIGKILL skips its cleanup) leaves its half-written temporary
+            # folder; holding the lock, no live builder of this cache owns one, so they can go.
+            for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
             build_index(corpus_path, out_dir, kind, **kwargs)
     return out_dir
 
