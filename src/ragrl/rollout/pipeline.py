@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ragrl.agents.mmoa import (AGENTS, MMOAProtocol, generator_penalized, parse_selection, parse_subquestions,
                                selector_f1, selector_grammar, split_budget)
+from ragrl.errors import ConfigError
 from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.engine import Engine, SamplingParams
@@ -59,7 +60,6 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     b = budgets or MMOABudgets()
     tok = engine.tokenizer
     if not isinstance(cfg.selector_samples, int) or cfg.selector_samples < 1:
-        from ragrl.errors import ConfigError
         raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {cfg.selector_samples!r}")
     pipes = [_Pipe(s, i, j) for i, s in enumerate(samples) for j in range(cfg.n)]
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
