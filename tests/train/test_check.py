@@ -45,7 +45,6 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.estimator=gae", "critic_warmup=5", "steps=5"], "critic_warmup must be between 1 and steps - 1"),
     (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
     (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),
-    (["retriever.hops=0"], "retriever.hops must be >= 1"),
     (["retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
@@ -57,6 +56,42 @@ def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(o
     with pytest.raises(ConfigError, match=match):
         Trainer(cfg)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override,message", [
+    ("rollout.n=0", "rollout.n must be >= 1, got 0"),
+    ("save_every=0", "save_every must be >= 1, got 0"),          # was a ZeroDivisionError at the first save
+    ("keep_last=0", "keep_last must be >= 1, got 0"),            # was refused only when the first checkpoint was written
+    ("questions_per_step=0", "questions_per_step must be >= 1, got 0"),
+    ("lr=0", "lr must be > 0, got 0"),
+    ("rollout.temperature=-0.5", "rollout.temperature must be >= 0, got -0.5"),
+    ("rollout.top_p=0", r"rollout.top_p must be in \(0, 1\], got 0"),
+    ("algo.gamma=1.5", r"algo.gamma must be in \[0, 1\], got 1.5"),
+    ("algo.minibatch_size=-2", "algo.minibatch_size must be >= 1, got -2"),
+    ("algo.dual_clip=0.5", "algo.dual_clip must be > 1, got 0.5"),
+    ("retriever.hops=0", "retriever.hops must be >= 1, got 0"),
+])
+def test_a_number_outside_its_range_is_refused_by_check_naming_the_setting_and_range(override, message):
+    from ragrl.train.check import check_combinations
+
+    cfg = load_train_config("search_r1_grpo", [override], "tiny")   # the typed loader accepts it: an int, a float
+    with pytest.raises(ConfigError, match=message):
+        check_combinations(cfg)
+
+
+def test_every_shipped_recipe_and_variant_is_within_the_ranges():
+    """The ranges must not refuse a recipe ragrl ships (a range too tight would be a bug of its own)."""
+    from ragrl.config import read_recipe
+    from ragrl.train.check import RANGES, check_ranges
+    from ragrl.train.recipe import resolve_recipe
+
+    checked = 0
+    for path in sorted(resolve_recipe("search_r1_grpo").parent.glob("*.yaml")):
+        variants = [None, *(read_recipe(path).get("variants") or {})]
+        for variant in variants:
+            check_ranges(load_train_config(str(path), [], variant))
+            checked += 1
+    assert checked >= 9 + 5 and len(RANGES) > 40
 
 
 def test_an_engine_that_cannot_run_here_is_refused_naming_what_is_missing(tmp_path, monkeypatch):

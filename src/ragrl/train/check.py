@@ -13,8 +13,50 @@ from ragrl.train.config import TrainConfig
 ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_searcher_stage2", "smartrag", "mmoa"}
 
 
+# Numeric settings and the values that mean something: (low, high, low_open), bounds inclusive unless
+# low_open; None: unbounded. The typed loader checks the type; these catch what would fail only
+# after a step of work (save_every=0 divides by zero at the first save) or train nothing in silence
+# (rollout.n=0 samples no trajectory, lr=0 never moves). A None value (an unset optional) passes.
+RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    **{k: (1, None, False) for k in (
+        "steps", "questions_per_step", "save_every", "keep_last", "data.eval_n", "model.lora_r",
+        "model.lora_alpha", "model.lora_layers", "model.max_batch_size", "algo.ppo_epochs", "algo.minibatch_size",
+        "algo.micro_batch_size", "sft.batch_size", "sft.max_len", "sft.max_questions", "retriever.lora_r",
+        "retriever.lora_alpha", "retriever.pool", "retriever.hops", "rollout.n", "rollout.max_turns",
+        "rollout.max_turn_tokens", "rollout.max_response_tokens", "rollout.max_obs_tokens",
+        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk")},   # selector_samples: check_agents
+    **{k: (0, None, False) for k in (
+        "warmup_steps", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
+        "algo.clip_low", "algo.clip_high", "algo.kl_coef", "algo.value_coef", "algo.value_clip",
+        "rollout.max_searches", "rollout.temperature", "retriever.generator_temperature")},
+    **{k: (0, None, True) for k in ("lr", "sft.lr", "max_grad_norm", "retriever.temperature", "algo.kl_horizon",
+                                    "algo.kl_target")},
+    **{k: (0, 1, False) for k in ("algo.gamma", "algo.lam", "sft.direct_frac", "model.lora_dropout")},
+    "rollout.top_p": (0, 1, True),
+    "algo.dual_clip": (1, None, True),   # the dual-clip bound c > 1 (below 1 it would clip every sample)
+}
+
+
+def check_ranges(cfg: TrainConfig) -> None:
+    """Every numeric setting in RANGES within its range, the first one outside named with the range."""
+    for key, (low, high, low_open) in RANGES.items():
+        value = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):   # a config built in code
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        below = value <= low if low_open else value < low
+        if (low is not None and below) or (high is not None and value > high):
+            span = ("> " if low_open else ">= ") + f"{low}" if high is None else \
+                f"in {'(' if low_open else '['}{low}, {high}]"
+            raise ConfigError(f"{key} must be {span}, got {value!r}")
+
+
 def check_combinations(cfg: TrainConfig) -> None:
     """Settings that load but cannot work together (cheap: no file or model is opened)."""
+    check_ranges(cfg)
     a = cfg.algo
     needs = ADVANTAGE_ESTIMATORS[a.estimator].needs   # the estimator's name was checked on load
     if a.kl_in_reward and a.kl_coef > 0 and "token_rewards" not in needs:
@@ -70,8 +112,6 @@ def check_combinations(cfg: TrainConfig) -> None:
         raise ConfigError(f"sft.known_if={cfg.sft.known_if} is read only by sft.builder=smartrag (the builder is "
                           f"{cfg.sft.builder}); drop it or set sft.builder=smartrag")
     check_agents(cfg)
-    if cfg.retriever.hops < 1:
-        raise ConfigError(f"retriever.hops must be >= 1, got {cfg.retriever.hops}")
     if cfg.retriever.hops > 1 and cfg.retriever.generator:
         raise ConfigError("retriever.hops: with a generator, the generator decides when to search again; "
                           "set retriever.hops=1 or retriever.generator=null")
