@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/mmoa_eval.py --sft runs/mmoa/sft/adapter \\
         --run MAPPO=runs/mmoa/final_adapter --run "generator only=runs/mmoa_gen/final_adapter"
 
-BM25 over the full 51k-passage corpus, greedy decoding, the first --n questions of HotpotQA dev
-and MuSiQue dev. Per system: answer EM / F1 (95% CIs), selector precision / recall against the
-gold passages, sub-questions per question; paired differences of every trained system against
-its SFT start (answer F1 and selector F1). Writes results/mmoa_eval.{json,md}.
+BM25 over the full 51k-passage corpus, greedy decoding, --n questions of HotpotQA dev and MuSiQue
+dev (the first --n, or the --n after the first --skip: a fresh sample for a confirmatory test).
+Per system: answer EM / F1 (95% CIs), selector precision / recall against the gold passages,
+sub-questions per question; paired differences of every trained system against its SFT start (answer F1 and selector F1). Writes results/mmoa_eval.{json,md}.
 
 Each system's per-question metrics are kept in results/mmoa_eval.cache/ keyed by the adapter's
 bytes and --n: a killed evaluation resumes, and a new run is compared against an SFT start
@@ -41,8 +41,14 @@ def main() -> None:
     ap.add_argument("--sft", required=True)
     ap.add_argument("--run", action="append", default=[], help="NAME=ADAPTER_DIR (repeatable)")
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--skip", type=int, default=0, help="leave out each set's first SKIP questions")
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of: {', '.join(SETS)}")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mmoa_eval"))
     args = ap.parse_args()
+    sets = [x.strip() for x in args.sets.split(",") if x.strip()]
+    unknown = [x for x in sets if x not in SETS]
+    if unknown or not sets or args.n < 1 or args.skip < 0:
+        ap.error(f"--sets must name some of {', '.join(SETS)} (got {args.sets!r}); --n >= 1; --skip >= 0")
 
     from peft import PeftModel
 
@@ -76,12 +82,14 @@ def main() -> None:
                 model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
-    result: dict = {"settings": {"n": args.n, "dtype": str(dtype), "adapters": adapters, "adapter_sha1": digest,
+    result: dict = {"settings": {"n": args.n, "skip": args.skip, "dtype": str(dtype), "adapters": adapters, "adapter_sha1": digest,
                                  "index": "bm25 over the full corpus"}, "sets": {}}
     md = ["# MMOA-RAG (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
     pooled: dict[str, dict[str, list]] = {}   # system -> metric -> per-question values, both sets in order
-    for set_name, path in SETS.items():
-        samples = load_questions(path, limit=args.n)
+    for set_name in sets:
+        samples = load_questions(SETS[set_name], limit=args.skip + args.n)[args.skip:]
+        if len(samples) < args.n:   # a short set would silently make the sample smaller than asked
+            raise SystemExit(f"{set_name} has {len(samples) + args.skip} questions: fewer than --skip + --n")
         per: dict = {}
 
         def naive():
@@ -100,8 +108,10 @@ def main() -> None:
 
         # selector_samples is left out of the key: evaluation never branches (the harness sets it to 1),
         # and entries written before the setting existed stay valid.
+        # skip joins the key only when set, so entries written before the option existed stay valid
         cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n,
-                      {**{k: v for k, v in rollout.__dict__.items() if k != "selector_samples"}, "dtype": str(dtype)})
+                      {**{k: v for k, v in rollout.__dict__.items() if k != "selector_samples"}, "dtype": str(dtype),
+                       **({"skip": args.skip} if args.skip else {})})
 
         def cached(name: str, key: str, run) -> list:
             metrics = cache.get(name, key)
@@ -136,7 +146,8 @@ def main() -> None:
             p["f1"] += [t.metrics["f1"] for t in per[name]]
             p["selector_f1"] += [selector_f1(t) for t in per[name]]
         result["sets"][set_name] = {"systems": rows, "paired": pairs}
-        md += [f"## {set_name} (first {args.n})", "", "| system | EM | F1 | selector P | selector R | selector F1 | sub-q/q |",
+        span = f"first {args.n}" if not args.skip else f"questions {args.skip + 1}-{args.skip + args.n}"
+        md += [f"## {set_name} ({span})", "", "| system | EM | F1 | selector P | selector R | selector F1 | sub-q/q |",
                "|---|---|---|---|---|---|---|"]
         fmt = lambda v: f"{v[0]:.1f} [{v[1]:.1f}, {v[2]:.1f}]" if v else "–"   # noqa: E731
         for name, r in rows.items():

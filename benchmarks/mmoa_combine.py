@@ -1,0 +1,105 @@
+"""Pool `mmoa_eval.py` results over disjoint question ranges into one paired test per system.
+
+    .venv/bin/python benchmarks/mmoa_combine.py --part benchmarks/results/mmoa_eval_s5 \\
+        --part benchmarks/results/mmoa_confirm_s5 --sft runs/mmoa_s10/sft/adapter \\
+        --system "E: selector only=runs/s12/e_selector_only/best_adapter" --out benchmarks/results/mmoa_all_s5
+
+Each --part is an --out of `mmoa_eval.py`: its cache holds every system's per-question metrics for
+one question range of each set (`--n`, `--skip`). The ranges are read from the cache keys and must
+not overlap within a set (a question counted twice would shrink the CI it has no right to shrink).
+A system is found in each part by its adapter's bytes (its name may differ between parts), and
+every named system, and the SFT start it is paired with, must be in every part. Writes OUT.json and OUT.md: per set and pooled, answer F1 and selector F1 of each
+system with 95% CIs, and paired differences against SFT.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
+
+
+def _entries(part: Path) -> dict[str, dict[str, dict]]:
+    """set -> adapter digest -> cache entry, for one --part (naive RAG, keyed by no adapter, left out)."""
+    root = part.with_suffix(".cache")
+    if not root.is_dir():
+        raise SystemExit(f"--part {part}: no cache folder {root} (run mmoa_eval.py --out {part} first)")
+    out: dict[str, dict[str, dict]] = {}
+    for set_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for f in sorted(set_dir.glob("*.json")):
+            d = json.loads(f.read_text())
+            if d["name"] != "naive_rag":
+                out.setdefault(set_dir.name, {})[d["adapter"]] = d
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", action="append", required=True, help="an mmoa_eval.py --out (repeatable)")
+    ap.add_argument("--sft", required=True, help="the SFT start's adapter folder (every system is paired with it)")
+    ap.add_argument("--system", action="append", required=True, help="LABEL=ADAPTER_DIR (repeatable)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.rewards.mmoa import selector_f1
+
+    if any("=" not in x for x in args.system):
+        ap.error("--system takes LABEL=ADAPTER_DIR")
+    digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
+    names = list(digests)
+    per_set: dict[str, dict[str, dict[str, list]]] = {}   # set -> system -> metric -> values
+    spans: dict[str, list[tuple[int, int, str]]] = {}
+    adapters: dict[str, str] = {}
+    for part in map(Path, args.part):
+        for set_name, systems in _entries(part).items():
+            missing = [n for n in names if digests[n] not in systems]
+            if missing:
+                raise SystemExit(f"--part {part}, {set_name}: no cached result for {', '.join(missing)}")
+            key = systems[digests["SFT"]]["key"]
+            start, n = key["rollout"].get("skip", 0), key["n"]
+            for lo, hi, other in spans.get(set_name, []):
+                if start < hi and lo < start + n:
+                    raise SystemExit(f"{set_name}: questions {start + 1}-{start + n} of {part} overlap "
+                                     f"{lo + 1}-{hi} of {other}")
+            spans.setdefault(set_name, []).append((start, start + n, str(part)))
+            for name in names:
+                e = systems[digests[name]]
+                if e["key"] != key:
+                    raise SystemExit(f"--part {part}, {set_name}: {name} was evaluated with other settings than SFT")
+                adapters[name] = e["adapter"]
+                if len(e["summary"]) != n:
+                    raise SystemExit(f"--part {part}, {set_name}: {name} has {len(e['summary'])} results, not {n}")
+                vals = per_set.setdefault(set_name, {}).setdefault(name, {"f1": [], "selector_f1": []})
+                vals["f1"] += [m["f1"] for m in e["summary"]]
+                vals["selector_f1"] += [selector_f1(m) for m in e["summary"]]
+
+    groups = {**per_set, "pooled": {n: {k: sum((per_set[s][n][k] for s in per_set), []) for k in ("f1", "selector_f1")}
+                                    for n in names}}
+    result: dict = {"parts": args.part, "spans": {s: [(lo + 1, hi) for lo, hi, _ in v] for s, v in spans.items()},
+                    "adapter_sha1": adapters, "groups": {}}
+    md = ["# MMOA-RAG, results pooled over question ranges (held-out, BM25 over the full corpus, greedy)", ""]
+    for group, systems in groups.items():
+        n = len(systems["SFT"]["f1"])
+        rows = {name: {k: [100 * x for x in bootstrap_ci(v)] for k, v in m.items()} for name, m in systems.items()}
+        pairs = {name: {k: paired_bootstrap_diff(systems["SFT"][k], systems[name][k]) for k in ("f1", "selector_f1")}
+                 for name in names[1:]}
+        result["groups"][group] = {"n": n, "systems": rows, "paired": pairs}
+        where = ", ".join(f"{lo}-{hi}" for lo, hi in result["spans"].get(group, [])) or "all sets"
+        md += [f"## {group} ({n} questions: {where})", "", "| system | answer F1 [95% CI] | selector F1 [95% CI] |",
+               "|---|---|---|"]
+        md += [f"| {name} | {r['f1'][0]:.1f} [{r['f1'][1]:.1f}, {r['f1'][2]:.1f}] | "
+               f"{r['selector_f1'][0]:.1f} [{r['selector_f1'][1]:.1f}, {r['selector_f1'][2]:.1f}] |"
+               for name, r in rows.items()]
+        md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
+        md += [f"| {name} | " + " | ".join(f"{100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}], p {d[3]:.3f}"
+                                            for d in (p["f1"], p["selector_f1"])) + " |" for name, p in pairs.items()]
+        md.append("")
+    Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
+    Path(args.out).with_suffix(".md").write_text("\n".join(md))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

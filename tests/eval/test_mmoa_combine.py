@@ -1,0 +1,66 @@
+"""benchmarks/mmoa_combine.py: results of disjoint question ranges pooled into one paired test,
+systems found by their adapter's bytes, overlapping ranges refused."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+from eval_cache import Cache, adapter_digest  # noqa: E402
+
+
+def _adapter(root: Path, name: str) -> Path:
+    d = root / name
+    d.mkdir()
+    (d / "adapter_model.safetensors").write_bytes(name.encode())   # the digest reads the bytes
+    return d
+
+
+def _part(root: Path, skip: int, per_system: dict, names: dict) -> Path:
+    """An mmoa_eval.py --out whose cache holds one hotpotqa_dev range: {adapter dir: [(f1, P, R), ...]}."""
+    n = len(next(iter(per_system.values())))
+    cache = Cache(root.with_suffix(".cache") / "hotpotqa_dev", n, {"temperature": 0.0, **({"skip": skip} if skip else {})})
+    for adapter, rows in per_system.items():
+        cache.put(names[adapter], adapter_digest(str(adapter)),
+                  [{"f1": f, "selector_precision": p, "selector_recall": r} for f, p, r in rows])
+    return root
+
+
+def _combine(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / "mmoa_combine.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_two_ranges_pool_into_one_paired_test_matching_systems_by_adapter_bytes(tmp_path):
+    sft, run = _adapter(tmp_path, "sft"), _adapter(tmp_path, "run")
+    first = _part(tmp_path / "first", 0, {sft: [(0.0, 1, 0.5), (0.5, 0, 0)], run: [(1.0, 1, 0.5), (0.5, 0, 0)]},
+                  {sft: "SFT", run: "MAPPO"})
+    # the second range names the run differently: found by its bytes, not its name
+    second = _part(tmp_path / "second", 2, {sft: [(0.2, 1, 1), (0.0, 0, 0), (0.4, 1, 0.5)],
+                                            run: [(0.2, 1, 1), (0.3, 0, 0), (0.4, 0, 0)]},
+                   {sft: "SFT", run: "C1: renamed"})
+    res = _combine("--part", first, "--part", second, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["spans"] == {"hotpotqa_dev": [[1, 2], [3, 5]]}
+    pooled = out["groups"]["pooled"]
+    assert pooled["n"] == 5
+    # answer F1 differences per question: +1.0, 0, 0, +0.3, 0 -> mean 0.26
+    assert pooled["paired"]["R"]["f1"][0] == pytest.approx(0.26)
+    # selector F1 per question, SFT: 2/3, 0, 1, 0, 2/3; R: 2/3, 0, 1, 0, 0 -> mean difference -2/15
+    assert pooled["paired"]["R"]["selector_f1"][0] == pytest.approx(-2 / 15)
+    assert "| R | +26.0 [" in (tmp_path / "out.md").read_text()
+
+
+def test_overlapping_ranges_and_a_missing_system_are_refused_naming_them(tmp_path):
+    sft, run, other = _adapter(tmp_path, "sft"), _adapter(tmp_path, "run"), _adapter(tmp_path, "other")
+    first = _part(tmp_path / "first", 0, {sft: [(0.0, 1, 1)] * 3, run: [(1.0, 1, 1)] * 3}, {sft: "SFT", run: "R"})
+    second = _part(tmp_path / "second", 2, {sft: [(0.0, 1, 1)] * 2, run: [(1.0, 1, 1)] * 2}, {sft: "SFT", run: "R"})
+    res = _combine("--part", first, "--part", second, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "o")
+    assert res.returncode != 0 and "questions 3-4" in res.stderr and "overlap 1-3" in res.stderr
+    res = _combine("--part", first, "--sft", sft, "--system", f"X={other}", "--out", tmp_path / "o")
+    assert res.returncode != 0 and "no cached result for X" in res.stderr
+    assert not (tmp_path / "o.json").exists()
