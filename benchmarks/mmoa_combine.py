@@ -75,8 +75,10 @@ def main() -> None:
                 vals["f1"] += [m["f1"] for m in e["summary"]]
                 vals["selector_f1"] += [selector_f1(m) for m in e["summary"]]
 
-    groups = {**per_set, "pooled": {n: {k: sum((per_set[s][n][k] for s in per_set), []) for k in ("f1", "selector_f1")}
-                                    for n in names}}
+    groups = dict(per_set)
+    if len(per_set) > 1:   # one set alone: its table is already the pooled one
+        groups["pooled"] = {n: {k: sum((per_set[s][n][k] for s in per_set), []) for k in ("f1", "selector_f1")}
+                            for n in names}
     result: dict = {"parts": args.part, "spans": {s: [(lo + 1, hi) for lo, hi, _ in v] for s, v in spans.items()},
                     "adapter_sha1": adapters, "groups": {}}
     md = ["# MMOA-RAG, results pooled over question ranges (held-out, BM25 over the full corpus, greedy)", ""]

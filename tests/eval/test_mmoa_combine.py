@@ -19,10 +19,10 @@ def _adapter(root: Path, name: str) -> Path:
     return d
 
 
-def _part(root: Path, skip: int, per_system: dict, names: dict) -> Path:
-    """An mmoa_eval.py --out whose cache holds one hotpotqa_dev range: {adapter dir: [(f1, P, R), ...]}."""
+def _part(root: Path, skip: int, per_system: dict, names: dict, set_name: str = "hotpotqa_dev") -> Path:
+    """An mmoa_eval.py --out whose cache holds one range of a set: {adapter dir: [(f1, P, R), ...]}."""
     n = len(next(iter(per_system.values())))
-    cache = Cache(root.with_suffix(".cache") / "hotpotqa_dev", n, {"temperature": 0.0, **({"skip": skip} if skip else {})})
+    cache = Cache(root.with_suffix(".cache") / set_name, n, {"temperature": 0.0, **({"skip": skip} if skip else {})})
     for adapter, rows in per_system.items():
         cache.put(names[adapter], adapter_digest(str(adapter)),
                   [{"f1": f, "selector_precision": p, "selector_recall": r} for f, p, r in rows])
@@ -42,16 +42,21 @@ def test_two_ranges_pool_into_one_paired_test_matching_systems_by_adapter_bytes(
     second = _part(tmp_path / "second", 2, {sft: [(0.2, 1, 1), (0.0, 0, 0), (0.4, 1, 0.5)],
                                             run: [(0.2, 1, 1), (0.3, 0, 0), (0.4, 0, 0)]},
                    {sft: "SFT", run: "C1: renamed"})
+    _part(first, 0, {sft: [(0.1, 0, 0)], run: [(0.6, 1, 1)]}, {sft: "SFT", run: "MAPPO"}, "musique_dev")
     res = _combine("--part", first, "--part", second, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "out")
     assert res.returncode == 0, res.stderr
     out = json.loads((tmp_path / "out.json").read_text())
-    assert out["spans"] == {"hotpotqa_dev": [[1, 2], [3, 5]]}
-    pooled = out["groups"]["pooled"]
-    assert pooled["n"] == 5
+    assert out["spans"] == {"hotpotqa_dev": [[1, 2], [3, 5]], "musique_dev": [[1, 1]]}
+    hotpot = out["groups"]["hotpotqa_dev"]
+    assert hotpot["n"] == 5
     # answer F1 differences per question: +1.0, 0, 0, +0.3, 0 -> mean 0.26
-    assert pooled["paired"]["R"]["f1"][0] == pytest.approx(0.26)
+    assert hotpot["paired"]["R"]["f1"][0] == pytest.approx(0.26)
     # selector F1 per question, SFT: 2/3, 0, 1, 0, 2/3; R: 2/3, 0, 1, 0, 0 -> mean difference -2/15
-    assert pooled["paired"]["R"]["selector_f1"][0] == pytest.approx(-2 / 15)
+    assert hotpot["paired"]["R"]["selector_f1"][0] == pytest.approx(-2 / 15)
+    pooled = out["groups"]["pooled"]   # both sets: the MuSiQue question adds +0.5 F1 and +1 selector F1
+    assert pooled["n"] == 6
+    assert pooled["paired"]["R"]["f1"][0] == pytest.approx((1.3 + 0.5) / 6)
+    assert pooled["paired"]["R"]["selector_f1"][0] == pytest.approx((-2 / 3 + 1) / 6)
     assert "| R | +26.0 [" in (tmp_path / "out.md").read_text()
 
 
@@ -64,3 +69,6 @@ def test_overlapping_ranges_and_a_missing_system_are_refused_naming_them(tmp_pat
     res = _combine("--part", first, "--sft", sft, "--system", f"X={other}", "--out", tmp_path / "o")
     assert res.returncode != 0 and "no cached result for X" in res.stderr
     assert not (tmp_path / "o.json").exists()
+    res = _combine("--part", first, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "one")
+    assert res.returncode == 0, res.stderr
+    assert list(json.loads((tmp_path / "one.json").read_text())["groups"]) == ["hotpotqa_dev"]   # no pooled copy
