@@ -20,17 +20,18 @@ from pathlib import Path
 from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
 
 
-def _entries(part: Path) -> dict[str, dict[str, dict]]:
-    """set -> adapter digest -> cache entry, for one --part (naive RAG, keyed by no adapter, left out)."""
+def _entries(part: Path) -> dict[str, dict[str, list[dict]]]:
+    """set -> adapter digest -> cache entries (one adapter may be cached under several names), for one
+    --part; naive RAG, keyed by no adapter, left out."""
     root = part.with_suffix(".cache")
     if not root.is_dir():
         raise SystemExit(f"--part {part}: no cache folder {root} (run mmoa_eval.py --out {part} first)")
-    out: dict[str, dict[str, dict]] = {}
+    out: dict[str, dict[str, list[dict]]] = {}
     for set_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for f in sorted(set_dir.glob("*.json")):
             d = json.loads(f.read_text())
             if d["name"] != "naive_rag":
-                out.setdefault(set_dir.name, {})[d["adapter"]] = d
+                out.setdefault(set_dir.name, {}).setdefault(d["adapter"], []).append(d)
     return out
 
 
@@ -45,28 +46,35 @@ def main() -> None:
     from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
     from ragrl.rewards.mmoa import selector_f1
 
-    if any("=" not in x for x in args.system):
-        ap.error("--system takes LABEL=ADAPTER_DIR")
+    labels = [x.split("=", 1)[0] for x in args.system]
+    if any("=" not in x for x in args.system) or "SFT" in labels or len(set(labels)) < len(labels):
+        ap.error("--system takes LABEL=ADAPTER_DIR, each LABEL once and none of them 'SFT' (the --sft start's label)")
     digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
     names = list(digests)
     per_set: dict[str, dict[str, dict[str, list]]] = {}   # set -> system -> metric -> values
     spans: dict[str, list[tuple[int, int, str]]] = {}
     adapters: dict[str, str] = {}
+    settings = None   # every part's decoding settings (its key without the range) must be the first part's
     for part in map(Path, args.part):
         for set_name, systems in _entries(part).items():
             missing = [n for n in names if digests[n] not in systems]
             if missing:
                 raise SystemExit(f"--part {part}, {set_name}: no cached result for {', '.join(missing)}")
-            key = systems[digests["SFT"]]["key"]
+            key = systems[digests["SFT"]][0]["key"]
             start, n = key["rollout"].get("skip", 0), key["n"]
+            mine = {k: v for k, v in key["rollout"].items() if k != "skip"}
+            if settings is not None and mine != settings:
+                raise SystemExit(f"--part {part}, {set_name}: evaluated with other settings than the first part "
+                                 f"({mine} against {settings}): their scores cannot be pooled")
+            settings = mine
             for lo, hi, other in spans.get(set_name, []):
                 if start < hi and lo < start + n:
                     raise SystemExit(f"{set_name}: questions {start + 1}-{start + n} of {part} overlap "
                                      f"{lo + 1}-{hi} of {other}")
             spans.setdefault(set_name, []).append((start, start + n, str(part)))
             for name in names:
-                e = systems[digests[name]]
-                if e["key"] != key:
+                e = next((e for e in systems[digests[name]] if e["key"] == key), None)
+                if e is None:
                     raise SystemExit(f"--part {part}, {set_name}: {name} was evaluated with other settings than SFT")
                 adapters[name] = e["adapter"]
                 if len(e["summary"]) != n:

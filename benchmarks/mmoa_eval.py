@@ -9,7 +9,7 @@ Per system: answer EM / F1 (95% CIs), selector precision / recall against the go
 sub-questions per question; paired differences of every trained system against its SFT start (answer F1 and selector F1). Writes results/mmoa_eval.{json,md}.
 
 Each system's per-question metrics are kept in results/mmoa_eval.cache/ keyed by the adapter's
-bytes and --n: a killed evaluation resumes, and a new run is compared against an SFT start
+bytes, --n and --skip (an --out holds one question range: another range needs another --out): a killed evaluation resumes, and a new run is compared against an SFT start
 evaluated earlier (or beside its training) without decoding it again.
 """
 from __future__ import annotations
@@ -49,6 +49,14 @@ def main() -> None:
     unknown = [x for x in sets if x not in SETS]
     if unknown or not sets or args.n < 1 or args.skip < 0:
         ap.error(f"--sets must name some of {', '.join(SETS)} (got {args.sets!r}); --n >= 1; --skip >= 0")
+    # One --out, one question range: another range would overwrite this one's cache entries and tables.
+    prev = Path(args.out).with_suffix(".json")
+    if prev.exists():
+        old = json.loads(prev.read_text()).get("settings", {})
+        theirs = (old.get("n"), old.get("skip", 0), old.get("sets", list(SETS)))
+        if theirs != (args.n, args.skip, sets):
+            raise SystemExit(f"{prev} holds results for --n {theirs[0]} --skip {theirs[1]} --sets {','.join(theirs[2])}; "
+                             "evaluate another range or set into another --out")
 
     from peft import PeftModel
 
@@ -82,14 +90,15 @@ def main() -> None:
                 model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
-    result: dict = {"settings": {"n": args.n, "skip": args.skip, "dtype": str(dtype), "adapters": adapters, "adapter_sha1": digest,
+    result: dict = {"settings": {"n": args.n, "skip": args.skip, "sets": sets, "dtype": str(dtype), "adapters": adapters, "adapter_sha1": digest,
                                  "index": "bm25 over the full corpus"}, "sets": {}}
     md = ["# MMOA-RAG (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
     pooled: dict[str, dict[str, list]] = {}   # system -> metric -> per-question values, both sets in order
     for set_name in sets:
-        samples = load_questions(SETS[set_name], limit=args.skip + args.n)[args.skip:]
-        if len(samples) < args.n:   # a short set would silently make the sample smaller than asked
-            raise SystemExit(f"{set_name} has {len(samples) + args.skip} questions: fewer than --skip + --n")
+        rows = load_questions(SETS[set_name], limit=args.skip + args.n)
+        if len(rows) < args.skip + args.n:   # a short set would silently make the sample smaller than asked
+            raise SystemExit(f"{set_name} has {len(rows)} questions: fewer than --skip + --n ({args.skip + args.n})")
+        samples = rows[args.skip:]
         per: dict = {}
 
         def naive():
@@ -157,13 +166,14 @@ def main() -> None:
         md += [_paired_row(name, d) for name, d in pairs.items()]
         md.append("")
         Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
-    # Both sets pooled: one paired test per trained system (questions paired with themselves).
-    result["pooled"] = {"n": len(pooled["SFT"]["f1"]), "paired": {
-        f"{name} - SFT": {k: paired_bootstrap_diff(pooled["SFT"][k], pooled[name][k]) for k in ("f1", "selector_f1")}
-        for name in adapters if name != "SFT"}}
-    md += [f"## both sets pooled ({result['pooled']['n']} questions)", "",
-           "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
-    md += [_paired_row(name, d) for name, d in result["pooled"]["paired"].items()]
+    if len(sets) > 1:   # one set alone: its table above is the pooled one
+        # Both sets pooled: one paired test per trained system (questions paired with themselves).
+        result["pooled"] = {"n": len(pooled["SFT"]["f1"]), "paired": {
+            f"{name} - SFT": {k: paired_bootstrap_diff(pooled["SFT"][k], pooled[name][k]) for k in ("f1", "selector_f1")}
+            for name in adapters if name != "SFT"}}
+        md += [f"## both sets pooled ({result['pooled']['n']} questions)", "",
+               "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
+        md += [_paired_row(name, d) for name, d in result["pooled"]["paired"].items()]
     Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
     Path(args.out).with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md))

@@ -19,10 +19,12 @@ def _adapter(root: Path, name: str) -> Path:
     return d
 
 
-def _part(root: Path, skip: int, per_system: dict, names: dict, set_name: str = "hotpotqa_dev") -> Path:
+def _part(root: Path, skip: int, per_system: dict, names: dict, set_name: str = "hotpotqa_dev",
+          dtype: str = "torch.bfloat16") -> Path:
     """An mmoa_eval.py --out whose cache holds one range of a set: {adapter dir: [(f1, P, R), ...]}."""
     n = len(next(iter(per_system.values())))
-    cache = Cache(root.with_suffix(".cache") / set_name, n, {"temperature": 0.0, **({"skip": skip} if skip else {})})
+    cache = Cache(root.with_suffix(".cache") / set_name, n,
+                  {"temperature": 0.0, "dtype": dtype, **({"skip": skip} if skip else {})})
     for adapter, rows in per_system.items():
         cache.put(names[adapter], adapter_digest(str(adapter)),
                   [{"f1": f, "selector_precision": p, "selector_recall": r} for f, p, r in rows])
@@ -72,3 +74,40 @@ def test_overlapping_ranges_and_a_missing_system_are_refused_naming_them(tmp_pat
     res = _combine("--part", first, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "one")
     assert res.returncode == 0, res.stderr
     assert list(json.loads((tmp_path / "one.json").read_text())["groups"]) == ["hotpotqa_dev"]   # no pooled copy
+
+
+def test_each_question_is_paired_with_itself_across_parts_and_sets(tmp_path):
+    """The system is the SFT start + 0.1 F1 on every question: any misaligned pairing would spread the CI."""
+    sft, run = _adapter(tmp_path, "sft"), _adapter(tmp_path, "run")
+    base = {"first": [0.0, 0.5, 0.3], "second": [0.9, 0.2]}
+    first = _part(tmp_path / "first", 0, {sft: [(f, 0, 0) for f in base["first"]],
+                                          run: [(f + 0.1, 0, 0) for f in base["first"]]}, {sft: "SFT", run: "R"})
+    _part(first, 0, {sft: [(0.4, 0, 0)], run: [(0.5, 0, 0)]}, {sft: "SFT", run: "R"}, "musique_dev")
+    second = _part(tmp_path / "second", 3, {sft: [(f, 0, 0) for f in base["second"]],
+                                            run: [(f + 0.1, 0, 0) for f in base["second"]]}, {sft: "SFT", run: "R"})
+    res = _combine("--part", first, "--part", second, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    mean, lo, hi, _ = json.loads((tmp_path / "o.json").read_text())["groups"]["pooled"]["paired"]["R"]["f1"]
+    assert (mean, lo, hi) == pytest.approx((0.1, 0.1, 0.1))
+
+
+def test_parts_decoded_with_other_settings_or_labels_that_clash_are_refused(tmp_path):
+    sft, run = _adapter(tmp_path, "sft"), _adapter(tmp_path, "run")
+    first = _part(tmp_path / "first", 0, {sft: [(0.0, 1, 1)], run: [(1.0, 1, 1)]}, {sft: "SFT", run: "R"})
+    fp32 = _part(tmp_path / "fp32", 1, {sft: [(0.0, 1, 1)], run: [(1.0, 1, 1)]}, {sft: "SFT", run: "R"},
+                 dtype="torch.float32")
+    res = _combine("--part", first, "--part", fp32, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "o")
+    assert res.returncode != 0 and "other settings than the first part" in res.stderr
+    # the run evaluated with other settings than its SFT start within one part
+    mixed = _part(tmp_path / "mixed", 0, {sft: [(0.0, 1, 1)]}, {sft: "SFT"})
+    _part(tmp_path / "other", 0, {run: [(1.0, 1, 1)]}, {run: "R"}, dtype="torch.float32")
+    (tmp_path / "other.cache" / "hotpotqa_dev").rename(tmp_path / "mixed.cache" / "x")
+    for f in (tmp_path / "mixed.cache" / "x").iterdir():
+        f.rename(tmp_path / "mixed.cache" / "hotpotqa_dev" / f.name)
+    res = _combine("--part", mixed, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "o")
+    assert res.returncode != 0 and "R was evaluated with other settings than SFT" in res.stderr
+    for labels in (["SFT"], ["R", "R"]):
+        res = _combine("--part", first, "--sft", sft, *sum((["--system", f"{x}={run}"] for x in labels), []),
+                       "--out", tmp_path / "o")
+        assert res.returncode != 0 and "each LABEL once" in res.stderr
+    assert not (tmp_path / "o.json").exists()

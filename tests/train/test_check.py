@@ -64,9 +64,14 @@ def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(o
     ("keep_last=0", "keep_last must be >= 1, got 0"),            # was refused only when the first checkpoint was written
     ("questions_per_step=0", "questions_per_step must be >= 1, got 0"),
     ("lr=0", "lr must be > 0, got 0"),
+    ("lr=nan", "lr must be > 0, got nan"),                       # every comparison with NaN is false
+    ("max_grad_norm=.inf", "max_grad_norm must be > 0, got inf"),
     ("rollout.temperature=-0.5", "rollout.temperature must be >= 0, got -0.5"),
     ("rollout.top_p=0", r"rollout.top_p must be in \(0, 1\], got 0"),
     ("algo.gamma=1.5", r"algo.gamma must be in \[0, 1\], got 1.5"),
+    ("algo.clip_low=1", r"algo.clip_low must be in \[0, 1\), got 1"),   # was refused at the first update
+    ("model.lora_dropout=1.0", r"model.lora_dropout must be in \[0, 1\), got 1.0"),
+    ("algo.entropy_coef=-0.01", "algo.entropy_coef must be >= 0, got -0.01"),   # was never applied
     ("algo.minibatch_size=-2", "algo.minibatch_size must be >= 1, got -2"),
     ("algo.dual_clip=0.5", "algo.dual_clip must be > 1, got 0.5"),
     ("retriever.hops=0", "retriever.hops must be >= 1, got 0"),
@@ -77,6 +82,38 @@ def test_a_number_outside_its_range_is_refused_by_check_naming_the_setting_and_r
     cfg = load_train_config("search_r1_grpo", [override], "tiny")   # the typed loader accepts it: an int, a float
     with pytest.raises(ConfigError, match=message):
         check_combinations(cfg)
+
+
+@pytest.mark.parametrize("override", ["rollout.temperature=0", "rollout.top_p=1", "algo.gamma=0", "algo.lam=1",
+                                      "rollout.max_searches=0", "algo.clip_low=0", "warmup_steps=0", "eval_every=0",
+                                      "algo.kl_coef=0", "ema_decay=0", "steps=1", "algo.dual_clip=1.5"])
+def test_the_edge_of_each_range_is_accepted(override):
+    from ragrl.train.check import check_ranges
+
+    check_ranges(load_train_config("search_r1_grpo", [override], "tiny"))
+
+
+def test_every_numeric_setting_has_a_range_or_is_left_out_on_purpose():
+    """A numeric field added to a config later must get a range here (or be named as free)."""
+    import dataclasses
+    import typing
+
+    from ragrl.train.check import RANGES
+    from ragrl.train.config import TrainConfig
+
+    free = {"seed", "rollout.seed", "rollout.selector_samples"}   # any integer; checked with its runner
+
+    def numeric(cls, prefix=""):
+        for f in dataclasses.fields(cls):
+            tp = typing.get_type_hints(cls)[f.name]
+            if dataclasses.is_dataclass(tp):
+                yield from numeric(tp, f"{prefix}{f.name}.")
+            elif {int, float} & set(typing.get_args(tp) or (tp,)) and tp is not bool:
+                yield prefix + f.name
+
+    fields = set(numeric(TrainConfig))
+    assert len(fields) > 40
+    assert fields - free == set(RANGES), (fields - free) ^ set(RANGES)
 
 
 def test_every_shipped_recipe_and_variant_is_within_the_ranges():

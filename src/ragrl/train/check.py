@@ -2,6 +2,7 @@
 what every run checks first. Each problem is one sentence naming the setting."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
@@ -13,33 +14,55 @@ from ragrl.train.config import TrainConfig
 ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_searcher_stage2", "smartrag", "mmoa"}
 
 
-# Numeric settings and the values that mean something: (low, high, low_open), bounds inclusive unless
-# low_open; None: unbounded. The typed loader checks the type; these catch what would fail only
-# after a step of work (save_every=0 divides by zero at the first save) or train nothing in silence
-# (rollout.n=0 samples no trajectory, lr=0 never moves). A None value (an unset optional) passes.
-RANGES: dict[str, tuple[float | None, float | None, bool]] = {
-    **{k: (1, None, False) for k in (
+# Numeric settings and the values that mean something, as intervals ("[1, inf)", "(0, 1]"). The typed
+# loader checks the type; these catch what would fail only after a step of work (save_every=0
+# divides by zero at the first save, algo.clip_low=1 is refused at the first update) or be ignored
+# in silence (rollout.n=0 samples nothing, a negative entropy_coef is never applied). An unset
+# optional (None) passes; NaN and infinity never do. Left out on purpose: seed and rollout.seed (any
+# integer), rollout.selector_samples (check_agents, with the runner it needs).
+RANGES: dict[str, str] = {
+    **dict.fromkeys((
         "steps", "questions_per_step", "save_every", "keep_last", "data.eval_n", "model.lora_r",
         "model.lora_alpha", "model.lora_layers", "model.max_batch_size", "algo.ppo_epochs", "algo.minibatch_size",
         "algo.micro_batch_size", "sft.batch_size", "sft.max_len", "sft.max_questions", "retriever.lora_r",
         "retriever.lora_alpha", "retriever.pool", "retriever.hops", "rollout.n", "rollout.max_turns",
         "rollout.max_turn_tokens", "rollout.max_response_tokens", "rollout.max_obs_tokens",
-        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk")},   # selector_samples: check_agents
-    **{k: (0, None, False) for k in (
+        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "algo.kl_horizon"), "[1, inf)"),
+    **dict.fromkeys((
         "warmup_steps", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
-        "algo.clip_low", "algo.clip_high", "algo.kl_coef", "algo.value_coef", "algo.value_clip",
-        "rollout.max_searches", "rollout.temperature", "retriever.generator_temperature")},
-    **{k: (0, None, True) for k in ("lr", "sft.lr", "max_grad_norm", "retriever.temperature", "algo.kl_horizon",
-                                    "algo.kl_target")},
-    **{k: (0, 1, False) for k in ("algo.gamma", "algo.lam", "sft.direct_frac", "model.lora_dropout")},
-    "rollout.top_p": (0, 1, True),
-    "algo.dual_clip": (1, None, True),   # the dual-clip bound c > 1 (below 1 it would clip every sample)
+        "algo.clip_high", "algo.kl_coef", "algo.value_coef", "algo.entropy_coef", "rollout.max_searches",
+        "rollout.temperature", "retriever.generator_temperature"), "[0, inf)"),
+    **dict.fromkeys(("lr", "sft.lr", "max_grad_norm", "retriever.temperature", "algo.kl_target",
+                     "algo.value_clip"), "(0, inf)"),
+    **dict.fromkeys(("algo.gamma", "algo.lam", "sft.direct_frac"), "[0, 1]"),
+    **dict.fromkeys(("algo.clip_low", "model.lora_dropout", "ema_decay"), "[0, 1)"),   # dropout 1: no input
+    "rollout.top_p": "(0, 1]",
+    "algo.dual_clip": "(1, inf)",   # the dual-clip bound c > 1 (below 1 it would clip every sample)
 }
 
 
+def _within(value: float, interval: str) -> bool:
+    """Whether value lies in an interval written "[a, b)" (a, b numbers or inf).
+
+    >>> _within(0, "[0, 1)"), _within(1, "[0, 1)"), _within(0, "(0, inf)"), _within(float("inf"), "[1, inf)")
+    (True, False, False, False)
+    """
+    lo, hi = (float(x) for x in interval[1:-1].split(","))
+    above = value > lo if interval[0] == "(" else value >= lo
+    below = value < hi if interval[-1] == ")" else value <= hi
+    return math.isfinite(value) and above and below
+
+
+def _say(interval: str) -> str:
+    """ "[1, inf)" -> ">= 1", "(0, inf)" -> "> 0", bounded intervals as written."""
+    if interval.endswith("inf)"):
+        return (">= " if interval[0] == "[" else "> ") + interval[1:].split(",")[0]
+    return f"in {interval}"
+
+
 def check_ranges(cfg: TrainConfig) -> None:
-    """Every numeric setting in RANGES within its range, the first one outside named with the range."""
-    for key, (low, high, low_open) in RANGES.items():
+    """Every numeric setting in RANGES within its interval; the first one outside is named with it."""
+    for key, interval in RANGES.items():
         value = cfg
         for part in key.split("."):
             value = getattr(value, part)
@@ -47,11 +70,8 @@ def check_ranges(cfg: TrainConfig) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):   # a config built in code
             raise ConfigError(f"{key} must be a number, got {value!r}")
-        below = value <= low if low_open else value < low
-        if (low is not None and below) or (high is not None and value > high):
-            span = ("> " if low_open else ">= ") + f"{low}" if high is None else \
-                f"in {'(' if low_open else '['}{low}, {high}]"
-            raise ConfigError(f"{key} must be {span}, got {value!r}")
+        if not _within(value, interval):
+            raise ConfigError(f"{key} must be {_say(interval)}, got {value!r}")
 
 
 def check_combinations(cfg: TrainConfig) -> None:
@@ -93,8 +113,6 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "(no adapter_config.json)")
     if cfg.model.init_adapter and not cfg.model.lora:
         raise ConfigError("model.init_adapter needs model.lora=true (it starts a LoRA adapter from that folder)")
-    if not 0.0 <= cfg.ema_decay < 1.0:
-        raise ConfigError(f"ema_decay must be in [0, 1) (0: no weight averaging), got {cfg.ema_decay}")
     if cfg.ema_decay and cfg.shard_params:
         raise ConfigError("ema_decay: weight averaging of FSDP-sharded parameters is not supported; "
                           "set ema_decay=0 or shard_params=false")
