@@ -199,3 +199,18 @@ def test_check_flag_validates_and_trains_nothing(tmp_path, demo_bm25_dir):
     bad = subprocess.run(cmd + ["--set", "data.eval=/nonexistent.jsonl"], env=env, capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "/nonexistent.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("override,message", [("sft.batch_size=0", "sft.batch_size must be >= 1, got 0"),
+                                              ("sft.lr=-1e-4", "sft.lr must be > 0, got -0.0001")])
+def test_ragrl_sft_refuses_a_number_out_of_range_before_loading_the_model(override, message, monkeypatch, capsys):
+    from ragrl.cli.main import main
+    from ragrl.train import policy
+
+    monkeypatch.setattr(policy, "build_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(sys, "argv", ["ragrl", "sft", "search_r1_grpo", "--variant", "tiny", "--set", "sft.steps=2",
+                                      "--set", override])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code != 0
+    assert message in capsys.readouterr().err

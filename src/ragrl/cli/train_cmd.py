@@ -42,7 +42,10 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.recipe import load_train_config, sft_warm_start
         from ragrl.train.trainer import default_retriever
 
+        from ragrl.train.check import check_ranges
+
         cfg = load_train_config(recipe, set_, variant)
+        check_ranges(cfg)   # sft.batch_size=0 or sft.lr=0 fails here, before the model loads
         if cfg.sft.steps <= 0:
             raise typer.BadParameter("sft.steps is 0 in this recipe; pass --set sft.steps=N")
         model, tok, _ = build_policy(cfg.model)
