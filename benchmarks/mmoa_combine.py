@@ -8,8 +8,9 @@ Each --part is an --out of `mmoa_eval.py`: its cache holds every system's per-qu
 one question range of each set (`--n`, `--skip`). The ranges are read from the cache keys and must
 not overlap within a set (a question counted twice would shrink the CI it has no right to shrink).
 A system is found in each part by its adapter's bytes (its name may differ between parts), and
-every named system, and the SFT start it is paired with, must be in every part. Writes OUT.json and OUT.md: per set and pooled, answer F1 and selector F1 of each
-system with 95% CIs, and paired differences against SFT.
+every named system, and the SFT start it is paired with, must be in every part. Writes OUT.json
+and OUT.md: per set and pooled, answer F1 and selector F1 of each system with 95% CIs, and paired
+differences against SFT.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import json
 from pathlib import Path
 
 from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
+from mmoa_eval import _paired_row
 
 
 def _entries(part: Path) -> dict[str, dict[str, list[dict]]]:
@@ -103,8 +105,7 @@ def main() -> None:
                f"{r['selector_f1'][0]:.1f} [{r['selector_f1'][1]:.1f}, {r['selector_f1'][2]:.1f}] |"
                for name, r in rows.items()]
         md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
-        md += [f"| {name} | " + " | ".join(f"{100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}], p {d[3]:.3f}"
-                                            for d in (p["f1"], p["selector_f1"])) + " |" for name, p in pairs.items()]
+        md += [_paired_row(name, p) for name, p in pairs.items()]
         md.append("")
     Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
     Path(args.out).with_suffix(".md").write_text("\n".join(md))

@@ -6,11 +6,13 @@
 BM25 over the full 51k-passage corpus, greedy decoding, --n questions of HotpotQA dev and MuSiQue
 dev (the first --n, or the --n after the first --skip: a fresh sample for a confirmatory test).
 Per system: answer EM / F1 (95% CIs), selector precision / recall against the gold passages,
-sub-questions per question; paired differences of every trained system against its SFT start (answer F1 and selector F1). Writes results/mmoa_eval.{json,md}.
+sub-questions per question; paired differences of every trained system against its SFT start
+(answer F1 and selector F1). Writes results/mmoa_eval.{json,md}.
 
 Each system's per-question metrics are kept in results/mmoa_eval.cache/ keyed by the adapter's
-bytes, --n and --skip (an --out holds one question range: another range needs another --out): a killed evaluation resumes, and a new run is compared against an SFT start
-evaluated earlier (or beside its training) without decoding it again.
+bytes, --n and --skip (an --out holds one question range: another range needs another --out): a
+killed evaluation resumes, and a new run is compared against an SFT start evaluated earlier (or
+beside its training) without decoding it again.
 """
 from __future__ import annotations
 
@@ -90,8 +92,8 @@ def main() -> None:
                 model.load_adapter(path, adapter_name=slot[name])
     engine = HFEngine(model, tok, max_batch_size=32)
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
-    result: dict = {"settings": {"n": args.n, "skip": args.skip, "sets": sets, "dtype": str(dtype), "adapters": adapters, "adapter_sha1": digest,
-                                 "index": "bm25 over the full corpus"}, "sets": {}}
+    result: dict = {"settings": {"n": args.n, "skip": args.skip, "sets": sets, "dtype": str(dtype), "adapters": adapters,
+                                 "adapter_sha1": digest, "index": "bm25 over the full corpus"}, "sets": {}}
     md = ["# MMOA-RAG (held-out, BM25 over the full 51k-passage corpus, greedy)", ""]
     pooled: dict[str, dict[str, list]] = {}   # system -> metric -> per-question values, both sets in order
     for set_name in sets:

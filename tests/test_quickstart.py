@@ -1,6 +1,9 @@
 """`ragrl quickstart` end to end on the tiny model (all six stages, tiny budgets), run twice:
 the second run starts fresh and keeps the first run's directory under another name."""
-from ragrl.quickstart import keep_previous_run, run_quickstart
+import pytest
+
+from ragrl.errors import ConfigError
+from ragrl.quickstart import fresh_run_config, keep_previous_run, run_quickstart
 
 
 def test_keep_previous_run_moves_an_earlier_run_aside(tmp_path):
@@ -15,6 +18,18 @@ def test_keep_previous_run_moves_an_earlier_run_aside(tmp_path):
     (out / "x").write_text("second")
     moved2 = keep_previous_run(out)
     assert moved2 != moved and (moved2 / "x").read_text() == "second"
+
+
+@pytest.mark.parametrize("recipe", ["search_r1_grpo", "harr_grpo"])   # the agent job's and the retriever job's
+def test_a_bad_override_is_refused_before_the_earlier_run_is_moved_or_anything_loads(recipe, tmp_path):
+    out = tmp_path / "qs"
+    out.mkdir()
+    (out / "before_after.md").write_text("earlier run")
+    with pytest.raises(ConfigError, match="save_every must be >= 1, got 0"):
+        fresh_run_config(recipe, out, ["save_every=0"], minutes=27.0, cap=100)
+    assert (out / "before_after.md").read_text() == "earlier run" and len(list(tmp_path.iterdir())) == 1
+    assert fresh_run_config(recipe, out, [], minutes=27.0, cap=100).steps == 100   # a good one moves it aside
+    assert not out.exists() and len(list(tmp_path.iterdir())) == 1
 
 
 def test_quickstart_runs_end_to_end_and_reruns(tiny_model_dir, tmp_path, monkeypatch):

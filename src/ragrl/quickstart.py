@@ -79,12 +79,16 @@ def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minute
     """The job's tiny recipe writing its RL run to out/rl, after moving an earlier run aside.
     Time-bounded (minutes set and no `steps=` override): RL runs until the time the other stages
     leave is used up, however many steps that is (`steps` caps `ragrl train`, which has no bound)."""
+    from ragrl.train.check import check_combinations
     from ragrl.train.recipe import load_train_config
 
-    keep_previous_run(out)
     cfg = load_train_config(recipe, [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
     if minutes is not None and "steps" not in parse_overrides(overrides):
         cfg.steps = cap
+    # A bad override fails here: before the earlier run is moved aside and before the index, the
+    # model, the baseline evaluation and SFT (the Trainer checks again, too late for those).
+    check_combinations(cfg)
+    keep_previous_run(out)
     return cfg
 
 

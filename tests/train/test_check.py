@@ -71,6 +71,7 @@ def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(o
     ("algo.gamma=1.5", r"algo.gamma must be in \[0, 1\], got 1.5"),
     ("algo.clip_low=1", r"algo.clip_low must be in \[0, 1\), got 1"),   # was refused at the first update
     ("model.lora_dropout=1.0", r"model.lora_dropout must be in \[0, 1\), got 1.0"),
+    ("sft.direct_frac=1.0", r"sft.direct_frac must be in \[0, 1\), got 1.0"),   # was refused after the model loaded
     ("algo.entropy_coef=-0.01", "algo.entropy_coef must be >= 0, got -0.01"),   # was never applied
     ("algo.minibatch_size=-2", "algo.minibatch_size must be >= 1, got -2"),
     ("algo.dual_clip=0.5", "algo.dual_clip must be > 1, got 0.5"),

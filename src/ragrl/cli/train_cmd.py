@@ -39,10 +39,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """SFT warm start on synthesised search episodes (train split); writes a LoRA adapter."""
         from ragrl.train.policy import build_policy
+        from ragrl.train.check import check_ranges
         from ragrl.train.recipe import load_train_config, sft_warm_start
         from ragrl.train.trainer import default_retriever
-
-        from ragrl.train.check import check_ranges
 
         cfg = load_train_config(recipe, set_, variant)
         check_ranges(cfg)   # sft.batch_size=0 or sft.lr=0 fails here, before the model loads

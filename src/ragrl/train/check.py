@@ -34,8 +34,9 @@ RANGES: dict[str, str] = {
         "rollout.temperature", "retriever.generator_temperature"), "[0, inf)"),
     **dict.fromkeys(("lr", "sft.lr", "max_grad_norm", "retriever.temperature", "algo.kl_target",
                      "algo.value_clip"), "(0, inf)"),
-    **dict.fromkeys(("algo.gamma", "algo.lam", "sft.direct_frac"), "[0, 1]"),
-    **dict.fromkeys(("algo.clip_low", "model.lora_dropout", "ema_decay"), "[0, 1)"),   # dropout 1: no input
+    **dict.fromkeys(("algo.gamma", "algo.lam"), "[0, 1]"),
+    # dropout 1 zeroes LoRA's input; direct_frac 1 leaves no search episode (warm_start_episodes agrees)
+    **dict.fromkeys(("algo.clip_low", "model.lora_dropout", "ema_decay", "sft.direct_frac"), "[0, 1)"),
     "rollout.top_p": "(0, 1]",
     "algo.dual_clip": "(1, inf)",   # the dual-clip bound c > 1 (below 1 it would clip every sample)
 }
@@ -209,7 +210,7 @@ def check_everything(cfg: TrainConfig) -> list[str]:
     return done
 
 
-__all__ = ["check_combinations", "check_everything", "RagrlError"]
+__all__ = ["check_combinations", "check_everything", "check_ranges", "RagrlError"]
 
 
 def check_agents(cfg: TrainConfig) -> None:
