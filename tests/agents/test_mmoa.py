@@ -1,6 +1,8 @@
 """MMOA-RAG: the selector's grammar, the penalties, per-agent samples under MAPPO, frozen agents,
 and the pipeline runner feeding the same trainer as the multi-turn runner. Real tokenizer,
 a real (tiny random) model for the grammar, a real BM25 index."""
+import json
+
 import pytest
 import torch
 
@@ -126,6 +128,42 @@ def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(
     assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
 
 
+def test_pipeline_branches_at_the_generator_and_groups_each_selections_answers(tiny_model_dir, index):
+    """rollout.generator_samples = 3: each selection is answered 3 times from one prompt (its kept
+    documents), the 3 answers one group, so a group baseline compares answers to the same context;
+    the selector (and rewriter) trajectory carries its first answer; evaluation never branches."""
+    from ragrl.eval.harness import EvalConfig, evaluate
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy(str(tiny_model_dir))
+    engine = HFEngine(model, tok)
+    samples = load_questions("demo-eval", limit=2)
+    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples,
+                                 RolloutConfig(n=1, temperature=1.0, seed=0, selector_samples=2, generator_samples=3))
+    per_pipeline = ["rewriter"] + (["selector"] + ["generator"] * 3) * 2
+    assert [t.agent for t in trajs] == per_pipeline * 2                   # 2 questions x n=1
+    differ = 0
+    for q in range(2):
+        block = trajs[q * 9:(q + 1) * 9]
+        for k in range(2):
+            sel, gens = block[1 + 4 * k], block[2 + 4 * k:5 + 4 * k]
+            prompt = gens[0].token_ids[:gens[0].prompt_len]
+            assert all(g.token_ids[:g.prompt_len] == prompt for g in gens)   # one context
+            assert all(g.metrics["selected"] == sel.metrics["selected"] for g in gens)
+            assert len({g.group for g in gens}) == 1 and sel.answer == gens[0].answer
+            differ += len({tuple(g.token_ids[g.prompt_len:]) for g in gens}) > 1
+        assert block[0].answer == block[2].answer                            # the rewriter's: the first answer
+    assert differ >= 1                                                       # sampled per branch, not copied
+    by_agent = {a: {t.group for t in trajs if t.agent == a} for a in ("rewriter", "selector", "generator")}
+    assert len(by_agent["generator"]) == 4 and len(by_agent["selector"]) == 2 and len(by_agent["rewriter"]) == 2
+    assert not (by_agent["generator"] & (by_agent["selector"] | by_agent["rewriter"]))
+    assert not by_agent["selector"] & by_agent["rewriter"]
+    res = evaluate(engine, index, samples, EvalConfig(agent="mmoa", systems=["agent"], n=2,
+                                                      rollout=RolloutConfig(temperature=0.0, generator_samples=3)))
+    assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
+
+
 def test_each_agents_advantages_use_its_own_values():
     """GAE runs per sample: an agent's returns depend on its own rewards only, and its raw
     advantages on its own values (before the batch whitening)."""
@@ -203,15 +241,16 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
         assert 1.0 <= r["rollout/rewriter_subquestions"] <= 4.0 and 0.0 <= r["rollout/selector_kept"] <= 10.0
 
 
-@pytest.mark.parametrize("selector_samples", [1, 2])
+@pytest.mark.parametrize("selector_samples,generator_samples", [(1, 1), (2, 1), (1, 2)])
 def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_samples(tiny_model_dir, demo_bm25_dir,
                                                                                    tmp_path, monkeypatch,
-                                                                                   selector_samples):
+                                                                                   selector_samples, generator_samples):
     """gae_baseline (the `tiny_grouped` variant, one step): the critic still scores every agent's
     sample, but its targets are the rewards centred per (question, agent) group of rollout.n
     samples, so with gamma = lam = 1 they sum to 0 in each group (and a group's samples share one
     prompt, hence one agent). With rollout.selector_samples = 2 the selector's groups are its 2
-    selections of one pipeline, and each pipeline's generator answers both."""
+    selections of one pipeline, and each pipeline's generator answers both; with
+    rollout.generator_samples = 2 the generator's groups are the 2 answers to one selection."""
     from ragrl.train import trainer as trainer_module
     from ragrl.train.recipe import load_train_config
 
@@ -220,6 +259,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
                                            "rollout.n=2", "questions_per_step=2", "sft.steps=0", "save_every=10",
                                            "eval_every=1", "data.eval=demo-eval", "data.eval_n=2",
                                            f"rollout.selector_samples={selector_samples}",
+                                           f"rollout.generator_samples={generator_samples}",
                                            f"out_dir={tmp_path / 'run'}"], variant="tiny_grouped")
     assert (cfg.algo.estimator, cfg.algo.lam, cfg.keep_best) == ("gae_baseline", 1.0, "selector_f1")
     trainer = trainer_module.Trainer(cfg)
@@ -244,17 +284,56 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     first = mask.float().argmax(dim=1)
     target = prep.returns[torch.arange(len(first)), first]         # the centred outcome of each sample
     groups = batch.group_ids.tolist()
-    k = selector_samples   # 2 questions x n=2 pipelines: 1 rewriter, k selector and k generator samples each
-    assert len(groups) == 2 * 2 * (1 + 2 * k)
-    sizes = sorted(groups.count(g) for g in set(groups))
-    # (question, rewriter) and (question, generator) groups; selector: per question (k=1) or per pipeline
-    assert sizes == ([2] * 6 if k == 1 else sorted([2] * 2 + [2 * k] * 2 + [k] * 4))
+    k, g = selector_samples, generator_samples   # 2 questions x n=2 pipelines: 1 rewriter, k selector, k x g generator
+    assert len(groups) == 2 * 2 * (1 + k * (1 + g))
+    sizes = sorted(groups.count(x) for x in set(groups))
+    # (question, rewriter) groups; selector: per question (k=1) or per pipeline; generator: per
+    # question (g=1) or per selection
+    expected = [2] * 2 + ([2] * 2 if k == 1 else [k] * 4) + ([2 * k] * 2 if g == 1 else [g] * (4 * k))
+    assert sizes == sorted(expected)
     for g in set(groups):
         rows = [r for r, x in enumerate(groups) if x == g]
         mean = float(batch.scores[rows].mean())
         for i in rows:
             assert float(target[i]) == pytest.approx(float(batch.scores[i]) - mean, abs=1e-5)
         assert float(target[rows].sum()) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_eval_start_evaluates_the_start_and_offers_it_to_keep_best(tiny_model_dir, demo_bm25_dir, tmp_path,
+                                                                  monkeypatch):
+    """eval_start=true: the starting policy is evaluated before the first step (`start/<metric>` in
+    step 0's row) and is keep_best's first candidate. The tiny random model answers nothing right
+    (F1 0 before and after its step), so the tie keeps the start: best.json says step 0 and
+    best_adapter holds the start's weights, not the trained ones (lr 1e-2 moves them)."""
+    from safetensors.torch import load_file
+
+    from ragrl.train import trainer as trainer_module
+    from ragrl.train.recipe import load_train_config
+
+    real = trainer_module.prepare
+
+    def varied(policy, batch, *a, **k):
+        # Flat rewards (all 0) would leave the weights where they began: give each sample its own.
+        batch.scores = torch.arange(len(batch.scores), dtype=batch.scores.dtype) * 0.1
+        return real(policy, batch, *a, **k)
+
+    monkeypatch.setattr(trainer_module, "prepare", varied)
+
+    cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
+                                           f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
+                                           "rollout.n=2", "questions_per_step=2", "sft.steps=0", "save_every=10",
+                                           "eval_every=1", "data.eval=demo-eval", "data.eval_n=2", "keep_best=f1",
+                                           "eval_start=true", "lr=1e-2", f"out_dir={tmp_path / 'run'}"],
+                            variant="tiny_grouped")
+    rows = trainer_module.Trainer(cfg).train(progress=False)
+    assert rows[0]["start/f1"] == 0.0 and rows[0]["eval/f1"] == 0.0 and "start/selector_f1" in rows[0]
+    assert json.loads((tmp_path / "run" / "best.json").read_text())["step"] == 0
+    best = load_file(str(tmp_path / "run" / "best_adapter" / "adapter_model.safetensors"))
+    final = load_file(str(tmp_path / "run" / "final_adapter" / "adapter_model.safetensors"))
+    assert best.keys() == final.keys()
+    assert any(not torch.equal(best[k], final[k]) for k in best)          # the start, not the trained policy
+    b_keys = [k for k in best if "lora_B" in k]
+    assert b_keys and all(float(best[k].abs().max()) == 0.0 for k in b_keys)   # LoRA's start: B = 0
 
 
 def test_sft_examples_target_gold_passages_and_answers(index):
@@ -374,6 +453,11 @@ def test_agent_settings_that_cannot_apply_are_refused():
     with pytest.raises(ConfigError, match="selector_samples must be an integer >= 1, got 0"):
         check_agents(load_train_config("mmoa_mappo", ["rollout.selector_samples=0"], variant="tiny"))
     check_agents(load_train_config("mmoa_mappo", ["rollout.selector_samples=4"], variant="tiny"))   # accepted
+    with pytest.raises(ConfigError, match="generator_samples=3 branches a pipeline at its generator, but agent 'search_r1'"):
+        check_agents(load_train_config("search_r1_grpo", ["rollout.generator_samples=3"], variant="tiny"))
+    with pytest.raises(ConfigError, match="generator_samples must be an integer >= 1, got 0"):
+        check_agents(load_train_config("mmoa_mappo", ["rollout.generator_samples=0"], variant="tiny"))
+    check_agents(load_train_config("mmoa_mappo", ["rollout.generator_samples=4"], variant="tiny"))   # accepted
 
 
 def test_the_multi_turn_runner_refuses_selector_branching(tiny_model_dir):
@@ -386,3 +470,6 @@ def test_the_multi_turn_runner_refuses_selector_branching(tiny_model_dir):
     with pytest.raises(ConfigError, match="multi-turn runner has no selector"):
         run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
                      RolloutConfig(selector_samples=2))
+    with pytest.raises(ConfigError, match="multi-turn runner has no selection"):
+        run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
+                     RolloutConfig(generator_samples=2))

@@ -31,6 +31,7 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.kl_in_reward=true", "algo.kl_coef=0.05"], "algo.kl_in_reward: the grpo estimator"),
     (["model.init_adapter=/nonexistent/adapter"], "model.init_adapter: /nonexistent/adapter is not a LoRA adapter"),
     (["keep_best=f1", "eval_every=0"], "keep_best needs eval_every"),
+    (["eval_start=true", "eval_every=0"], "eval_start needs eval_every"),
     (["algo.kl_target=0.2", "algo.kl_coef=0"], "algo.kl_target"),
     (["algo.value_coef=0.5"], "algo.value_coef: the grpo estimator has no critic"),
     (["algo.value_clip=0.1"], "algo.value_clip: the grpo estimator has no critic"),
@@ -102,7 +103,7 @@ def test_every_numeric_setting_has_a_range_or_is_left_out_on_purpose():
     from ragrl.train.check import RANGES
     from ragrl.train.config import TrainConfig
 
-    free = {"seed", "rollout.seed", "rollout.selector_samples"}   # any integer; checked with its runner
+    free = {"seed", "rollout.seed", "rollout.selector_samples", "rollout.generator_samples"}   # any integer; checked with its runner
 
     def numeric(cls, prefix=""):
         for f in dataclasses.fields(cls):

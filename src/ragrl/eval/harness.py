@@ -91,8 +91,8 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
         from ragrl.rollout.runners import answering, run_agent
 
         protocol = get_protocol(cfg.agent)
-        # One answer a question: a training config's selector branching (MMOA) is not evaluated.
-        rcfg = replace(cfg.rollout, n=1, selector_samples=1, seed=cfg.seed)
+        # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
+        rcfg = replace(cfg.rollout, n=1, selector_samples=1, generator_samples=1, seed=cfg.seed)
         trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg)
         return answering(trajs, protocol)
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")

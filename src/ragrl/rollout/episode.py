@@ -46,6 +46,8 @@ class RolloutConfig:
     # The pipeline runner (MMOA-RAG) only: selections sampled per pipeline, each answered; they share
     # a group, so a group baseline compares selections of the same candidates. Evaluation uses 1.
     selector_samples: int = 1
+    # The pipeline runner only: answers sampled per selection (one prompt, one group). Evaluation uses 1.
+    generator_samples: int = 1
     seed: int = 0
 
 
@@ -122,6 +124,9 @@ def run_episodes(
     if cfg.selector_samples != 1:
         raise ConfigError(f"rollout.selector_samples={cfg.selector_samples}: the multi-turn runner has no selector "
                           "to branch at (only the MMOA pipeline does); leave it at 1")
+    if cfg.generator_samples != 1:
+        raise ConfigError(f"rollout.generator_samples={cfg.generator_samples}: the multi-turn runner has no selection "
+                          "to answer several times (only the MMOA pipeline does); leave it at 1")
     tok = engine.tokenizer
     states: list[_State] = []
     for i, s in enumerate(samples):

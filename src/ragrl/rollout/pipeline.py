@@ -15,6 +15,11 @@ a pipeline yields one rewriter trajectory (scored by its first branch's answer) 
 generator trajectories. The K selector samples of one pipeline share a group of their own: a group
 baseline (gae_baseline, grpo) then compares selections of the *same* candidates, which says which
 documents helped, where a group over pipelines mixes in how lucky the rewriter's retrieval was.
+
+With `cfg.generator_samples` = G > 1 each selection branches again at the generator: G answers to
+one prompt (the same kept documents), one group of their own, so a group baseline compares answers
+to the same context: which answer, not which documents. The rewriter and selector trajectories are
+scored by their first branch's answer, as above.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ class _Pipe:
     sample: dict
     index: int                 # the question's position in `samples`
     pipeline: int = 0          # which of its cfg.n pipelines
+    selection: int = 0         # which of the pipeline's cfg.selector_samples selections
     subqs: list[str] = field(default_factory=list)
     docs: list[Hit] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
@@ -55,12 +61,15 @@ class _Pipe:
 def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
                       cfg: RolloutConfig, *, group_offset: int = 0,
                       budgets: MMOABudgets | None = None) -> tuple[list[Trajectory], dict[str, float]]:
-    """(1 + 2 x cfg.selector_samples) x cfg.n trajectories per sample: sample-major, then pipeline,
-    then branch (its rewriter's trajectory first), then agent order."""
+    """(1 + K x (1 + G)) x cfg.n trajectories per sample (K = cfg.selector_samples, G =
+    cfg.generator_samples): sample-major, then pipeline, then branch (its rewriter's trajectory
+    first, each selection's selector trajectory before its answers), then agent order."""
     b = budgets or MMOABudgets()
     tok = engine.tokenizer
     if not isinstance(cfg.selector_samples, int) or cfg.selector_samples < 1:
         raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {cfg.selector_samples!r}")
+    if not isinstance(cfg.generator_samples, int) or cfg.generator_samples < 1:
+        raise ConfigError(f"rollout.generator_samples must be an integer >= 1, got {cfg.generator_samples!r}")
     pipes = [_Pipe(s, i, j) for i, s in enumerate(samples) for j in range(cfg.n)]
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
 
@@ -68,6 +77,10 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         if agent == "selector" and cfg.selector_samples > 1:
             # One group per pipeline; negative, so it never meets a (question, agent) id.
             return -1 - ((group_offset + pipe.index) * cfg.n + pipe.pipeline)
+        if agent == "generator" and cfg.generator_samples > 1:
+            # One group per selection, in a range of its own below the selector's.
+            return -(1 << 40) - (((group_offset + pipe.index) * cfg.n + pipe.pipeline) * cfg.selector_samples
+                                 + pipe.selection)
         return (group_offset + pipe.index) * len(AGENTS) + AGENTS.index(agent)
 
     def generate(agent: str, messages: list[list[dict]], max_tokens: int, allowed=None) -> None:
@@ -117,7 +130,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         p.docs = p.docs[: b.total_candidates]
     stats["retrieval_s"] += time.perf_counter() - t0
     # 3a. branch: K copies of each pipeline share its sub-questions and candidates (not its rewriter trajectory)
-    pipes = [p if k == 0 else _Pipe(p.sample, p.index, p.pipeline, p.subqs, p.docs,
+    pipes = [p if k == 0 else _Pipe(p.sample, p.index, p.pipeline, k, p.subqs, p.docs,
                                     penalized={"rewriter": p.penalized["rewriter"]})
              for p in pipes for k in range(cfg.selector_samples)]
     # 3. selector, constrained to id lists over this pipeline's documents
@@ -127,6 +140,10 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         p.kept, p.penalized["selector"] = parse_selection(p.trajs["selector"].turns[0].action_text, len(p.docs))
         if not p.docs:
             p.kept, p.penalized["selector"] = [], False
+    # 3b. branch: G copies of each selection share its kept documents (not its selector trajectory)
+    pipes = [p if g == 0 else _Pipe(p.sample, p.index, p.pipeline, p.selection, p.subqs, p.docs, list(p.kept),
+                                    penalized={a: p.penalized[a] for a in ("rewriter", "selector")})
+             for p in pipes for g in range(cfg.generator_samples)]
     # 4. generator
     generate("generator", [protocol.generator_messages(p.sample["question"], [p.docs[i] for i in p.kept])
                            for p in pipes], b.generator_tokens)
@@ -153,10 +170,11 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
             # keep a single document, or a rewriter that never splits, shows in the curves.
             p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
-        p.trajs["selector"].turns[0].passage_ids = [kept_ids]
-        sel = p.trajs["selector"].metrics
-        sel["scalars"] = {"selector_kept": float(len(kept_ids))}
-        if gold:
-            sel["scalars"]["selector_f1"] = selector_f1(sel)
+        if "selector" in p.trajs:         # an answer branch after the first has no selector trajectory
+            p.trajs["selector"].turns[0].passage_ids = [kept_ids]
+            sel = p.trajs["selector"].metrics
+            sel["scalars"] = {"selector_kept": float(len(kept_ids))}
+            if gold:
+                sel["scalars"]["selector_f1"] = selector_f1(sel)
         out += [p.trajs[a] for a in AGENTS if a in p.trajs]
     return out, stats

@@ -19,7 +19,7 @@ ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_sear
 # divides by zero at the first save, algo.clip_low=1 is refused at the first update) or be ignored
 # in silence (rollout.n=0 samples nothing, a negative entropy_coef is never applied). An unset
 # optional (None) passes; NaN and infinity never do. Left out on purpose: seed and rollout.seed (any
-# integer), rollout.selector_samples (check_agents, with the runner it needs).
+# integer), rollout.selector_samples and rollout.generator_samples (check_agents, with the runner they need).
 RANGES: dict[str, str] = {
     **dict.fromkeys((
         "steps", "questions_per_step", "save_every", "keep_last", "data.eval_n", "model.lora_r",
@@ -119,6 +119,9 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "set ema_decay=0 or shard_params=false")
     if cfg.keep_best and not cfg.eval_every:
         raise ConfigError("keep_best needs eval_every > 0: the best policy is chosen at the periodic evaluations")
+    if cfg.eval_start and not cfg.eval_every:
+        raise ConfigError("eval_start needs eval_every > 0: the start is evaluated as the baseline of the "
+                          "periodic evaluations, and there are none")
     if cfg.policy == "retriever" and not cfg.retriever.generator:
         for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
             names = [e["name"] for e in spec] if isinstance(spec, list) else list(spec)
@@ -215,15 +218,16 @@ __all__ = ["check_combinations", "check_everything", "check_ranges", "RagrlError
 
 def check_agents(cfg: TrainConfig) -> None:
     """frozen_agents and agent_adapters name agents the protocol has (MMOA-RAG's three);
-    rollout.selector_samples needs a runner with a selector."""
+    rollout.selector_samples and rollout.generator_samples need the pipeline runner."""
     from ragrl.agents.registry import get_protocol
 
-    k = cfg.rollout.selector_samples
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {k!r}")
-    if k > 1 and (cfg.policy != "lm" or getattr(get_protocol(cfg.agent), "runner", "multi_turn") != "pipeline"):
-        raise ConfigError(f"rollout.selector_samples={k} branches a pipeline at its selector, but agent {cfg.agent!r} "
-                          f"(policy {cfg.policy}) has no selector (only the MMOA pipeline does); leave it at 1")
+    for name, where in (("selector_samples", "at its selector"), ("generator_samples", "at its generator")):
+        k = getattr(cfg.rollout, name)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"rollout.{name} must be an integer >= 1, got {k!r}")
+        if k > 1 and (cfg.policy != "lm" or getattr(get_protocol(cfg.agent), "runner", "multi_turn") != "pipeline"):
+            raise ConfigError(f"rollout.{name}={k} branches a pipeline {where}, but agent {cfg.agent!r} "
+                              f"(policy {cfg.policy}) has no pipeline (only MMOA-RAG's does); leave it at 1")
     if not cfg.frozen_agents and cfg.agent_adapters == "shared":
         return
 

@@ -165,6 +165,10 @@ class TrainConfig:
     # apart from the training questions) as run_dir/best_<adapter|encoder> (+ best.json): when to
     # stop is chosen on held-apart training questions, never on test questions.
     keep_best: str | None = None          # e.g. "recall" (retriever) or "f1" (agent)
+    # Evaluate the starting policy on data.eval before the first step (`start/<metric>` in step 0's
+    # row): the run's own baseline, decoded as every later evaluation is. With keep_best the start
+    # is a candidate too (best.json step 0), so the kept policy is never below where it began there.
+    eval_start: bool = False
     # > 0: evaluate, keep as best and export an exponential moving average of the trained weights
     # (avg = decay * avg + (1 - decay) * weights after every step); rollouts use the online weights.
     ema_decay: float = 0.0

@@ -135,6 +135,11 @@ class Trainer:
             log.info("resumed from %s at step %d", ck.name, self.step)
         if self.setup.filter_questions:
             self._filter_questions()
+        start = None
+        if cfg.eval_start and self.step == 0:
+            start = {f"eval/{k}": v for k, v in self.evaluate().items()}
+            if cfg.keep_best:
+                self._keep_best(start, after=0)
         rows = []
         bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
         t_begin = time.perf_counter()
@@ -146,6 +151,9 @@ class Trainer:
                     self._save()
                     break
                 row = self.train_step()
+                if start is not None:
+                    row.update({f"start/{k[5:]}": v for k, v in start.items()})
+                    start = None
                 if cfg.eval_every and (self.step + 1) % cfg.eval_every == 0:
                     row.update({f"eval/{k}": v for k, v in self.evaluate().items()})
                     if cfg.keep_best:
@@ -182,10 +190,12 @@ class Trainer:
             keys += ["eval/f1", "eval/selector_f1"] + sorted(k for k in rows[-1] if k.startswith("rollout/"))
             line_plot(rows, keys, self.run_dir / "curves.png")
 
-    def _keep_best(self, row: dict) -> None:
-        """Export the policy when `keep_best` improved on the held-apart eval questions."""
+    def _keep_best(self, row: dict, after: int | None = None) -> None:
+        """Export the policy when `keep_best` improved on the held-apart eval questions (`after`:
+        the steps taken, 0 for the start; a tie keeps the earlier policy)."""
         import json
 
+        after = self.step + 1 if after is None else after
         key = f"eval/{self.cfg.keep_best}"
         if key not in row:
             raise ConfigError(f"keep_best: {self.cfg.keep_best!r} is not an evaluation metric here; "
@@ -199,9 +209,9 @@ class Trainer:
             with self._averaged():
                 self.setup.export(self.run_dir / f"best_{self.setup.artifact}", state)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"metric": self.cfg.keep_best, "value": row[key], "step": self.step + 1}))
+            tmp.write_text(json.dumps({"metric": self.cfg.keep_best, "value": row[key], "step": after}))
             tmp.rename(path)
-            log.info("best %s so far: %.2f after step %d", self.cfg.keep_best, row[key], self.step + 1)
+            log.info("best %s so far: %.2f after step %d", self.cfg.keep_best, row[key], after)
 
     def _filter_questions(self) -> None:
         """HARR's filter: keep the training questions whose reward varies across a group sampled
