@@ -25,6 +25,16 @@ from eval_cache import Cache, adapter_digest   # benchmarks/ is on sys.path when
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz"}
+BRANCHING = ("selector_samples", "generator_samples")   # training-only rollout settings: not in a cache key
+
+
+def cache_settings(rollout, dtype, skip: int) -> dict:
+    """What a cached result was decoded with. selector_samples and generator_samples are left out:
+    evaluation never branches (the harness sets both to 1), so a setting added for training must not
+    invalidate every cached evaluation. skip joins only when set, so entries written before the
+    option existed stay valid."""
+    return {**{k: v for k, v in rollout.__dict__.items() if k not in BRANCHING}, "dtype": str(dtype),
+            **({"skip": skip} if skip else {})}
 
 
 def selector_f1(t) -> float:
@@ -117,12 +127,7 @@ def main() -> None:
                                                                  rollout=rollout))
             return res["mmoa"]["trajectories"]
 
-        # selector_samples is left out of the key: evaluation never branches (the harness sets it to 1),
-        # and entries written before the setting existed stay valid.
-        # skip joins the key only when set, so entries written before the option existed stay valid
-        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n,
-                      {**{k: v for k, v in rollout.__dict__.items() if k != "selector_samples"}, "dtype": str(dtype),
-                       **({"skip": args.skip} if args.skip else {})})
+        cache = Cache(Path(args.out).with_suffix(".cache") / set_name, args.n, cache_settings(rollout, dtype, args.skip))
 
         def cached(name: str, key: str, run) -> list:
             metrics = cache.get(name, key)

@@ -111,3 +111,23 @@ def test_parts_decoded_with_other_settings_or_labels_that_clash_are_refused(tmp_
                        "--out", tmp_path / "o")
         assert res.returncode != 0 and "each LABEL once" in res.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_mmoa_eval_cache_key_is_what_decoding_reads_and_nothing_else():
+    """The key of a cached evaluation, pinned to the one its stored entries were written with: a
+    training-only rollout setting (selector_samples, generator_samples: evaluation forces both to 1)
+    must not change it, or every earlier system is decoded again (~10 min each on 258 questions). A
+    new RolloutConfig field fails here until it is placed in or out of the key on purpose."""
+    from mmoa_eval import cache_settings
+
+    from ragrl.rollout.episode import RolloutConfig
+
+    pinned = {"max_turns": 4, "max_turn_tokens": 128, "max_response_tokens": 768, "max_obs_tokens": 192,
+              "passage_words": 30, "max_queries_per_call": 3, "max_searches": None, "topk": 3, "temperature": 0.0,
+              "top_p": 1.0, "n": 1, "seed": 0, "dtype": "torch.bfloat16"}
+    rollout = RolloutConfig(temperature=0.0, passage_words=30)
+    assert cache_settings(rollout, "torch.bfloat16", 0) == pinned
+    branched = RolloutConfig(temperature=0.0, passage_words=30, selector_samples=4, generator_samples=4)
+    assert cache_settings(branched, "torch.bfloat16", 0) == pinned
+    assert cache_settings(rollout, "torch.bfloat16", 100) == {**pinned, "skip": 100}
+    assert cache_settings(RolloutConfig(temperature=0.7, passage_words=30), "torch.bfloat16", 0) != pinned
