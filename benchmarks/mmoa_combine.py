@@ -75,7 +75,14 @@ def main() -> None:
                                      f"{lo + 1}-{hi} of {other}")
             spans.setdefault(set_name, []).append((start, start + n, str(part)))
             for name in names:
-                e = next((e for e in systems[digests[name]] if e["key"] == key), None)
+                same = [e for e in systems[digests[name]] if e["key"] == key]
+                if any(e["summary"] != same[0]["summary"] for e in same[1:]):
+                    # The same adapter decoded twice (e.g. with another thread count: bf16 rounding can
+                    # flip a rare greedy tie); pooling whichever came first would be a silent choice.
+                    raise SystemExit(f"--part {part}, {set_name}: {name}'s adapter is cached under several names "
+                                     f"({', '.join(repr(e['name']) for e in same)}) with different results; "
+                                     "remove all but the one to report")
+                e = same[0] if same else None
                 if e is None:
                     raise SystemExit(f"--part {part}, {set_name}: {name} was evaluated with other settings than SFT")
                 adapters[name] = e["adapter"]

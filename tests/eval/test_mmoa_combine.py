@@ -113,6 +113,26 @@ def test_parts_decoded_with_other_settings_or_labels_that_clash_are_refused(tmp_
     assert not (tmp_path / "o.json").exists()
 
 
+def test_one_adapter_cached_twice_with_different_results_is_refused_and_identical_copies_pool(tmp_path):
+    """The same adapter under two names (a relabelled or re-decoded entry): identical results pool as
+    one system; results that differ (bf16 greedy decoding can flip with the thread count) are refused,
+    naming both entries, rather than pooling whichever was read first."""
+    sft, run = _adapter(tmp_path, "sft"), _adapter(tmp_path, "run")
+    part = _part(tmp_path / "p", 0, {sft: [(0.0, 1, 1), (0.0, 1, 1)], run: [(1.0, 1, 1), (0.0, 1, 1)]},
+                 {sft: "SFT", run: "R"})
+    cache = Cache(tmp_path / "p.cache" / "hotpotqa_dev", 2, {"temperature": 0.0, "dtype": "torch.bfloat16"})
+    cache.put("R again", adapter_digest(str(run)), [{"f1": 1.0, "selector_precision": 1, "selector_recall": 1},
+                                                    {"f1": 0.0, "selector_precision": 1, "selector_recall": 1}])
+    res = _combine("--part", part, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "same")
+    assert res.returncode == 0, res.stderr
+    cache.put("R again", adapter_digest(str(run)), [{"f1": 1.0, "selector_precision": 1, "selector_recall": 1},
+                                                    {"f1": 0.5, "selector_precision": 1, "selector_recall": 1}])
+    res = _combine("--part", part, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "differ")
+    assert res.returncode != 0 and "cached under several names" in res.stderr
+    assert "'R'" in res.stderr and "'R again'" in res.stderr
+    assert not (tmp_path / "differ.json").exists()
+
+
 def test_mmoa_eval_cache_key_is_what_decoding_reads_and_nothing_else():
     """The key of a cached evaluation, pinned to the one its stored entries were written with: a
     training-only rollout setting (selector_samples, generator_samples: evaluation forces both to 1)
