@@ -76,15 +76,15 @@ def main() -> None:
             spans.setdefault(set_name, []).append((start, start + n, str(part)))
             for name in names:
                 same = [e for e in systems[digests[name]] if e["key"] == key]
+                if not same:
+                    raise SystemExit(f"--part {part}, {set_name}: {name} was evaluated with other settings than SFT")
                 if any(e["summary"] != same[0]["summary"] for e in same[1:]):
                     # The same adapter decoded twice (e.g. with another thread count: bf16 rounding can
                     # flip a rare greedy tie); pooling whichever came first would be a silent choice.
                     raise SystemExit(f"--part {part}, {set_name}: {name}'s adapter is cached under several names "
                                      f"({', '.join(repr(e['name']) for e in same)}) with different results; "
                                      "remove all but the one to report")
-                e = same[0] if same else None
-                if e is None:
-                    raise SystemExit(f"--part {part}, {set_name}: {name} was evaluated with other settings than SFT")
+                e = same[0]
                 adapters[name] = e["adapter"]
                 if len(e["summary"]) != n:
                     raise SystemExit(f"--part {part}, {set_name}: {name} has {len(e['summary'])} results, not {n}")

@@ -25,15 +25,16 @@ from eval_cache import Cache, adapter_digest   # benchmarks/ is on sys.path when
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz"}
-BRANCHING = ("selector_samples", "generator_samples")   # training-only rollout settings: not in a cache key
 
 
 def cache_settings(rollout, dtype, skip: int) -> dict:
-    """What a cached result was decoded with. selector_samples and generator_samples are left out:
-    evaluation never branches (the harness sets both to 1), so a setting added for training must not
-    invalidate every cached evaluation. skip joins only when set, so entries written before the
+    """What a cached result was decoded with. The training-only settings (selector_samples,
+    generator_samples) are left out: evaluation sets them to 1, so a setting added for training must
+    not invalidate every cached evaluation. skip joins only when set, so entries written before the
     option existed stay valid."""
-    return {**{k: v for k, v in rollout.__dict__.items() if k not in BRANCHING}, "dtype": str(dtype),
+    from ragrl.rollout.episode import TRAINING_ONLY
+
+    return {**{k: v for k, v in rollout.__dict__.items() if k not in TRAINING_ONLY}, "dtype": str(dtype),
             **({"skip": skip} if skip else {})}
 
 

@@ -20,7 +20,7 @@ from ragrl.errors import ConfigError
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
 from ragrl.rollout.engine import Engine, SamplingParams
-from ragrl.rollout.episode import RolloutConfig, chat_ids, run_episodes
+from ragrl.rollout.episode import TRAINING_ONLY, RolloutConfig, chat_ids, run_episodes
 from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import Trajectory, Turn
 
@@ -92,7 +92,7 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
 
         protocol = get_protocol(cfg.agent)
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
-        rcfg = replace(cfg.rollout, n=1, selector_samples=1, generator_samples=1, seed=cfg.seed)
+        rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **dict.fromkeys(TRAINING_ONLY, 1))
         trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg)
         return answering(trajs, protocol)
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")

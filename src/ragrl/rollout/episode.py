@@ -51,6 +51,11 @@ class RolloutConfig:
     seed: int = 0
 
 
+# Rollout settings that only shape training batches: evaluation sets each to 1 (one answer a question),
+# so they never change an evaluated result (nor belong in the key of a cached one).
+TRAINING_ONLY = ("selector_samples", "generator_samples")
+
+
 @dataclass
 class _State:
     """A trajectory under construction."""

@@ -135,11 +135,11 @@ class Trainer:
             log.info("resumed from %s at step %d", ck.name, self.step)
         if self.setup.filter_questions:
             self._filter_questions()
-        start = None
+        start = None   # the start's metrics, logged in step 0's row
         if cfg.eval_start and self.step == 0:
-            start = {f"eval/{k}": v for k, v in self.evaluate().items()}
+            start = self.evaluate()
             if cfg.keep_best:
-                self._keep_best(start, after=0)
+                self._keep_best({f"eval/{k}": v for k, v in start.items()}, after=0)
         rows = []
         bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
         t_begin = time.perf_counter()
@@ -152,7 +152,7 @@ class Trainer:
                     break
                 row = self.train_step()
                 if start is not None:
-                    row.update({f"start/{k[5:]}": v for k, v in start.items()})
+                    row.update({f"start/{k}": v for k, v in start.items()})
                     start = None
                 if cfg.eval_every and (self.step + 1) % cfg.eval_every == 0:
                     row.update({f"eval/{k}": v for k, v in self.evaluate().items()})
