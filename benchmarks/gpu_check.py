@@ -11,7 +11,12 @@ CI has no GPU, so these paths are exercised here, on a lent GPU, and the JSON is
      step time split into rollout and update, and a check that the LoRA weights moved;
   4. a PPO step (GAE with the value head) on the GPU;
   5. checkpoint + `--resume` on the GPU: the resumed step's metrics against an uninterrupted
-     run's (bf16 kernels on a GPU are not bit-reproducible, so the difference is reported).
+     run's (bf16 kernels on a GPU are not bit-reproducible, so the difference is reported);
+  6. MMOA-RAG's MAPPO (three agents, one adapter each, selector branching, a value head) on the
+     GPU: its update orders micro batches by prompt length, an index path the others never take
+     (it failed on the H200 of 2026-11-26 until fixed: a CPU permutation indexed GPU lengths).
+
+    python benchmarks/gpu_check.py --only mmoa          # just step 6 (~1 min)
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "gpu_check.json"))
     ap.add_argument("--device", default="auto", help="model.device (cpu: a smoke test of this script itself)")
     ap.add_argument("--model", default=None, help="policy name or path (default: the recipe's)")
+    ap.add_argument("--only", choices=["mmoa"], default=None, help="run only this check")
     args = ap.parse_args()
 
     import torch
@@ -56,6 +62,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ragrl-gpu-"))
     common = [f"model.device={args.device}"] + ([f"model.name={args.model}"] if args.model else [])
     sync = torch.cuda.synchronize if gpu else (lambda: None)
+    if args.only == "mmoa":
+        out["mmoa"] = check_mmoa(tmp, common)
+        return write(out, args.out)
     cfg = load_train_config("search_r1_grpo", [f"out_dir={tmp / 'rl'}", f"steps={args.steps}", "save_every=1000",
                                                *common], "tiny")
     model, tok, _ = build_policy(cfg.model)
@@ -135,9 +144,36 @@ def main() -> None:
     log(f"resume: step 3 metric differences {diffs}")
     assert len(resumed) == 1, "resume did not continue at step 3"
 
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    log(f"wrote {args.out}")
+    out["mmoa"] = check_mmoa(tmp, common)
+    write(out, args.out)
+
+
+def check_mmoa(tmp: Path, common: list[str]) -> dict:
+    """6. Two MAPPO steps of the MMOA pipeline where the policy is (bundled demo corpus, BM25)."""
+    from ragrl.train.trainer import Trainer
+    from ragrl.train.recipe import load_train_config
+
+    cfg = load_train_config("mmoa_mappo", [f"out_dir={tmp / 'mmoa'}", "steps=2", "save_every=1000", "eval_every=0",
+                                           "keep_best=null", "data.corpus=null", "agent_adapters=per_agent",
+                                           "rollout.n=2", "rollout.selector_samples=2", "questions_per_step=2",
+                                           "algo.micro_batch_size=3", *common], "tiny_grouped")
+    trainer = Trainer(cfg)
+    before = {n: q.detach().float().clone() for n, q in trainer.model.named_parameters() if q.requires_grad}
+    rows = trainer.train(resume=False, progress=False)
+    moved = max(float((q.detach().float() - before[n]).abs().max())
+                for n, q in trainer.model.named_parameters() if q.requires_grad)
+    log(f"MMOA MAPPO {len(rows)} steps, LoRA moved {moved:.2e}")
+    learnable = any(r.get("flat_group_frac", 1.0) < 1.0 for r in rows)   # all-flat groups: no gradient
+    assert len(rows) == 2 and (moved > 0 or not learnable), "MAPPO did not update"
+    return {"steps": len(rows), "max_abs_lora_change": moved, "step_s": [r["time/step_s"] for r in rows],
+            "flat_group_frac": [r.get("flat_group_frac") for r in rows],
+            "value_loss": [r.get("value_loss") for r in rows]}
+
+
+def write(out: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1))
+    log(f"wrote {path}")
 
 
 if __name__ == "__main__":

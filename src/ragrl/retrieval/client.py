@@ -15,7 +15,7 @@ import httpx
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.inprocess import as_query_list, check_k, prepare_query, search_in_chunks
-from ragrl.retrieval.server import ServerSettings
+from ragrl.retrieval.settings import ServerSettings
 
 RETRYABLE_4XX = (429,)  # "slow down" is worth retrying; every other 4xx is the caller's bug
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit, Retriever
-from ragrl.retrieval.server import ServerSettings
+from ragrl.retrieval.settings import ServerSettings
 
 SearchFn = Callable[[list[str], int], list[list[Hit]]]
 

@@ -98,7 +98,10 @@ def by_length(idx: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
     >>> by_length(torch.tensor([4, 0, 2]), torch.tensor([9, 5, 1, 5, 3])).tolist()
     [2, 4, 0]
     """
-    return idx if lengths is None else idx[torch.argsort(lengths[idx], stable=True)]
+    if lengths is None:
+        return idx
+    lengths = lengths.to(idx.device)  # the batch may live on the GPU, the permutation on the CPU
+    return idx[torch.argsort(lengths[idx], stable=True)]
 
 
 def ppo_update(policy: Policy, optimizer, prep: Prepared, cfg: AlgoConfig, kl_coef: float,
