@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.batcher import MicroBatcher
-from ragrl.retrieval.settings import ServerSettings  # noqa: F401  (re-exported: the server's own limits)
+from ragrl.retrieval.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
