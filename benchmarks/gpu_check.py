@@ -102,11 +102,8 @@ def main() -> None:
     out["sft"] = {"steps": cfg.sft.steps, "seconds": time.perf_counter() - t0,
                   "loss_first": sft.losses[0], "loss_last": sft.losses[-1]}
     log(f"SFT {cfg.sft.steps} steps: loss {sft.losses[0]:.3f} -> {sft.losses[-1]:.3f}")
-    before = {n: q.detach().float().clone() for n, q in model.named_parameters() if q.requires_grad}
-    trainer = Trainer(cfg, retriever=retriever, model_bundle=(model, tok, None))
-    rows = trainer.train(resume=False, progress=False)
-    moved = max(float((q.detach().float() - before[n]).abs().max())
-                for n, q in model.named_parameters() if q.requires_grad)
+    rows, moved = trained(model, "GRPO", lambda: Trainer(cfg, retriever=retriever, model_bundle=(model, tok, None))
+                          .train(resume=False, progress=False))
     keep = ("reward_mean", "flat_group_frac", "f1", "searches", "grad_norm", "time/step_s", "time/rollout_s", "time/update_s",
             "tokens_per_s")
     out["grpo"] = {"steps": len(rows), "max_abs_lora_change": moved,
@@ -115,9 +112,6 @@ def main() -> None:
                    "mean_update_s": sum(r["time/update_s"] for r in rows) / len(rows),
                    "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if gpu else None}
     log(f"GRPO {len(rows)} steps, {out['grpo']['mean_step_s']:.1f} s/step, LoRA moved {moved:.2e}")
-    # All-flat groups (every sample scored the same) give GRPO no gradient: nothing to move then.
-    learnable = any(r["flat_group_frac"] < 1.0 for r in rows)
-    assert (moved > 0 or not learnable) and all(r["grad_norm"] == r["grad_norm"] for r in rows), "GRPO did not update"
 
     # 4. PPO (GAE + value head) on the GPU
     ppo_cfg = load_train_config("search_r1_ppo", [f"out_dir={tmp / 'ppo'}", "steps=2", "save_every=1000", *common],
@@ -158,16 +152,25 @@ def check_mmoa(tmp: Path, common: list[str]) -> dict:
                                            "rollout.n=2", "rollout.selector_samples=2", "questions_per_step=2",
                                            "algo.micro_batch_size=3", *common], "tiny_grouped")
     trainer = Trainer(cfg)
-    before = {n: q.detach().float().clone() for n, q in trainer.model.named_parameters() if q.requires_grad}
-    rows = trainer.train(resume=False, progress=False)
-    moved = max(float((q.detach().float() - before[n]).abs().max())
-                for n, q in trainer.model.named_parameters() if q.requires_grad)
-    log(f"MMOA MAPPO {len(rows)} steps, LoRA moved {moved:.2e}")
-    learnable = any(r.get("flat_group_frac", 1.0) < 1.0 for r in rows)   # all-flat groups: no gradient
-    assert len(rows) == 2 and (moved > 0 or not learnable), "MAPPO did not update"
+    rows, moved = trained(trainer.model, "MMOA MAPPO", lambda: trainer.train(resume=False, progress=False))
+    assert len(rows) == 2, f"MMOA MAPPO ran {len(rows)} steps, not 2"
     return {"steps": len(rows), "max_abs_lora_change": moved, "step_s": [r["time/step_s"] for r in rows],
             "flat_group_frac": [r.get("flat_group_frac") for r in rows],
             "value_loss": [r.get("value_loss") for r in rows]}
+
+
+def trained(model, what: str, train) -> tuple[list[dict], float]:
+    """`train()`'s rows and the largest change of any trainable weight of `model`, checked: the
+    weights moved (unless every group was flat: all samples scored alike give no gradient) and no
+    gradient norm is NaN."""
+    before = {n: q.detach().float().clone() for n, q in model.named_parameters() if q.requires_grad}
+    rows = train()
+    moved = max(float((q.detach().float() - before[n]).abs().max())
+                for n, q in model.named_parameters() if q.requires_grad)
+    log(f"{what}: {len(rows)} steps, LoRA moved {moved:.2e}")
+    learnable = any(r["flat_group_frac"] < 1.0 for r in rows)
+    assert (moved > 0 or not learnable) and all(r["grad_norm"] == r["grad_norm"] for r in rows), f"{what} did not update"
+    return rows, moved
 
 
 def write(out: dict, path: str) -> None:

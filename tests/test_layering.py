@@ -16,14 +16,14 @@ sys.meta_path.insert(0, _Block())
 """
 
 
-def _run(code: str, tmp_path) -> subprocess.CompletedProcess:
+def _run(code: str, tmp_path, block_web: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAGRL_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    code = (BLOCK_WEB if block_web else "") + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_training_and_in_process_retrieval_run_without_the_web_stack(tmp_path):
-    out = _run(BLOCK_WEB + """
+    out = _run("""
     import sys
     import ragrl.train.trainer, ragrl.retrieval.client, ragrl.rollout.pipeline
     from ragrl.retrieval.inprocess import make_retriever
@@ -32,13 +32,13 @@ def test_training_and_in_process_retrieval_run_without_the_web_stack(tmp_path):
     assert len(hits) == 1 and len(hits[0]) == 2, hits
     assert "ragrl.retrieval.server" not in sys.modules
     print("ok")
-    """.replace("\n    ", "\n"), tmp_path)
+    """, tmp_path, block_web=True)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 
 def test_the_block_itself_works(tmp_path):
     """The check above is only worth something if importing the server really fails under the block."""
-    out = _run(BLOCK_WEB + "import ragrl.retrieval.server\n", tmp_path)
+    out = _run("import ragrl.retrieval.server\n", tmp_path, block_web=True)
     assert out.returncode != 0 and "blocked by the test: fastapi" in out.stderr
 
 
@@ -49,6 +49,6 @@ def test_the_rollout_engine_never_imports_the_trainer(tmp_path):
         importlib.import_module(f"ragrl.rollout.{m.name}")
     bad = sorted(m for m in sys.modules if m == "ragrl.train" or m.startswith("ragrl.train."))
     print(bad)
-    """.replace("\n    ", "\n"), tmp_path)
+    """, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
