@@ -117,7 +117,7 @@ def main() -> None:
     ppo_cfg = load_train_config("search_r1_ppo", [f"out_dir={tmp / 'ppo'}", "steps=2", "save_every=1000", *common],
                                 "tiny")
     ppo = Trainer(ppo_cfg, retriever=retriever)
-    assert next(ppo.value_head.parameters()).device == p.device, "value head not on the policy's device"
+    assert next(ppo.policy.value_head.parameters()).device == p.device, "value head not on the policy's device"
     prow = ppo.train(resume=False, progress=False)
     out["ppo"] = {"steps": len(prow), "value_loss": [r.get("value_loss") for r in prow],
                   "step_s": [r["time/step_s"] for r in prow]}
