@@ -26,7 +26,10 @@ from eval_cache import Cache, adapter_digest   # benchmarks/ is on sys.path when
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev": "kit:eval/musique_dev.jsonl.gz",
         # Not in the default: no official gold ids (selector metrics use the kit's heuristic evidence).
-        "2wikimultihopqa_dev": "kit:eval/2wikimultihopqa_dev.jsonl.gz"}
+        "2wikimultihopqa_dev": "kit:eval/2wikimultihopqa_dev.jsonl.gz",
+        # Not held out: the 200 questions that chose every kept step. For diagnostics only, e.g. whether a
+        # GPU run's pool-dev gain reproduces when decoded here on the CPU.
+        "pool-dev": "pool-dev"}
 DEFAULT_SETS = ("hotpotqa_dev", "musique_dev")
 
 
