@@ -19,9 +19,11 @@ RUNS = {"G: lr 1e-4": "mmoa_g_h200", "H: lr 3e-4": "mmoa_h_h200"}
 METRICS = {"selector_f1": "selector F1", "f1": "answer F1", "selector_kept": "documents kept (greedy)"}
 
 
-def curve(metrics_file: Path) -> dict[str, list[tuple[int, float]]]:
+def curve(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """{metric: [(steps done, value), ...]} from the start evaluation and every `eval/` row."""
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    from ragrl.train.run_dir import read_metrics
+
+    rows = read_metrics(run_dir)
     out: dict[str, list[tuple[int, float]]] = {k: [] for k in METRICS}
     for k in METRICS:
         out[k].append((0, rows[0][f"start/{k}"]))
@@ -31,7 +33,7 @@ def curve(metrics_file: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def main() -> None:
-    curves = {name: curve(RESULTS / d / "metrics.jsonl") for name, d in RUNS.items()}
+    curves = {name: curve(RESULTS / d) for name, d in RUNS.items()}
     fig = Figure(figsize=(12, 3.6))
     for i, (k, title) in enumerate(METRICS.items()):
         ax = fig.add_subplot(1, len(METRICS), i + 1)
