@@ -250,11 +250,15 @@ def tiny_trainer_config(tiny_model_dir, tmp_path, *overrides):
     write_jsonl(tmp_path / "train.jsonl", load_questions("demo-train")[:4])
     corpus = load_corpus(DEMO_CORPUS)
     write_jsonl(tmp_path / "corpus.jsonl", [corpus.passage(i) for i in range(100)])
-    return load_train_config("search_r1_grpo", [
-        f"model.name={tiny_model_dir}", "model.dtype=float32", f"out_dir={tmp_path / 'run'}",
-        f"data.train={tmp_path / 'train.jsonl'}", f"data.eval={tmp_path / 'eval.jsonl'}",
-        f"data.corpus={tmp_path / 'corpus.jsonl'}", "data.eval_n=3", "questions_per_step=2", "rollout.n=2",
-        "rollout.max_turn_tokens=8", "rollout.max_response_tokens=24", "sft.steps=0", *overrides], "tiny")
+    return load_train_config("search_r1_grpo", [*tiny_sets(tiny_model_dir, tmp_path), *overrides], "tiny")
+
+
+def tiny_sets(tiny_model_dir, tmp_path) -> list[str]:
+    """The --set overrides of tiny_trainer_config (whose data files it names)."""
+    return [f"model.name={tiny_model_dir}", "model.dtype=float32", f"out_dir={tmp_path / 'run'}",
+            f"data.train={tmp_path / 'train.jsonl'}", f"data.eval={tmp_path / 'eval.jsonl'}",
+            f"data.corpus={tmp_path / 'corpus.jsonl'}", "data.eval_n=3", "questions_per_step=2", "rollout.n=2",
+            "rollout.max_turn_tokens=8", "rollout.max_response_tokens=24", "sft.steps=0"]
 
 
 def test_trainer_evaluate_per_question_scores_pair_with_the_summary(tiny_model_dir, tmp_path, monkeypatch):
@@ -324,3 +328,28 @@ def test_prepare_returns_each_rows_values_in_its_own_row_after_length_sorted_mic
             assert torch.allclose(prep.old_values[i, :n][m[i, :n]], values[m[i, :n]], atol=1e-4)
             assert torch.allclose(prep.ref_logprobs[i, :n][m[i, :n]], ref[m[i, :n]], atol=1e-4)
     assert prep.old_values[m].abs().sum() > 0
+
+
+def test_train_cli_minutes_bounds_the_rl_steps_and_still_writes_the_final_adapter(tiny_model_dir, tmp_path,
+                                                                                 monkeypatch):
+    """`ragrl train --minutes` (a lent GPU's fixed call length) reaches Trainer.train's budget: 3
+    steps asked, a budget no second step fits in, so one step, its checkpoint and the final adapter."""
+    from typer.testing import CliRunner
+
+    from ragrl.cli.main import app
+    from ragrl.train.checkpoint import latest_checkpoint
+    from ragrl.train.run_dir import read_metrics
+
+    monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
+    tiny_trainer_config(tiny_model_dir, tmp_path)   # writes the data files the --set lines name
+    args = ["train", "search_r1_grpo", "--variant", "tiny", "--minutes", "0.0001"]
+    for s in [*tiny_sets(tiny_model_dir, tmp_path), "steps=3", "save_every=100"]:
+        args += ["--set", s]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    assert [r["step"] for r in read_metrics(run)] == [0]
+    assert latest_checkpoint(run).name == "step_000001"
+    assert (run / "final_adapter" / "adapter_config.json").exists()
+    bad = CliRunner().invoke(app, ["train", "search_r1_grpo", "--minutes", "-1"])
+    assert bad.exit_code != 0 and "--minutes" in bad.output

@@ -16,6 +16,10 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="continue from <out_dir>/checkpoints/latest"),
         check: bool = typer.Option(False, "--check", help="resolve and validate everything (config, data, index, "
                                                           "model, device), then exit without training"),
+        minutes: float = typer.Option(0.0, "--minutes", min=0.0,
+                                      help="wall-time bound of the RL steps: no step starts that would end past it "
+                                           "(at the mean step time so far); the run then checkpoints and writes its "
+                                           "final adapter as at its last step (0: no bound, the recipe's steps)"),
     ) -> None:
         """Train an agent with RL (optionally after an SFT warm start, as the recipe says)."""
         from ragrl.train.recipe import load_train_config, run_recipe
@@ -28,7 +32,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"ok  {line}")
             typer.echo(f"{recipe}: the recipe resolves and everything it needs is there (nothing was trained)")
             return
-        run_recipe(cfg, resume=resume)
+        run_recipe(cfg, resume=resume, time_budget_s=minutes * 60 or None)
 
     @app.command()
     def sft(

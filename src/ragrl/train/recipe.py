@@ -143,8 +143,11 @@ def answer_visible(traj) -> bool:
     return any(g in ("yes", "no") or (g and f" {g} " in f" {seen} ") for g in golds)
 
 
-def run_recipe(cfg: TrainConfig, *, resume: bool = False) -> Path:
-    """SFT warm start (if cfg.sft.steps and no init adapter), then RL; returns the run dir."""
+def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float | None = None) -> Path:
+    """SFT warm start (if cfg.sft.steps and no init adapter), then RL; returns the run dir.
+
+    time_budget_s bounds the RL steps alone (Trainer.train): a lent GPU's fixed call length,
+    say, without guessing a step count; the SFT stage before them is not counted."""
     from ragrl.train.check import check_combinations
     from ragrl.train.distributed import close_distributed
     from ragrl.train.policy import build_policy
@@ -164,7 +167,7 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False) -> Path:
     trainer = Trainer(cfg, retriever=retriever)
     ok = False
     try:
-        trainer.train(resume=resume)
+        trainer.train(resume=resume, time_budget_s=time_budget_s)
         ok = True
     finally:
         close_distributed(ok=ok)
