@@ -27,11 +27,8 @@ TRAIN = {"rollout/selector_f1": ("selector F1", 100.0), "f1": ("answer F1", 100.
 I_POOLDEV = ("I: H without device evaluation, 35 steps (final)", 35)   # system name in mmoa_pooldev_cpu.json, steps
 
 
-def curve(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """{metric: [(steps done, value), ...]} from the start evaluation and every `eval/` row."""
-    from ragrl.train.run_dir import read_metrics
-
-    rows = read_metrics(run_dir)
+def curve(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """{metric: [(steps done, value), ...]} from a run's start evaluation and every `eval/` row."""
     out: dict[str, list[tuple[int, float]]] = {k: [] for k in METRICS}
     for k in METRICS:
         out[k].append((0, rows[0][f"start/{k}"]))
@@ -40,11 +37,8 @@ def curve(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def train_curve(run_dir: Path, window: int = 5) -> dict[str, list[tuple[int, float]]]:
-    """{metric: [(steps done, trailing `window`-step mean), ...]} of the rollout metrics in TRAIN."""
-    from ragrl.train.run_dir import read_metrics
-
-    rows = read_metrics(run_dir)
+def train_curve(rows: list[dict], window: int = 5) -> dict[str, list[tuple[int, float]]]:
+    """{metric: [(steps done, trailing `window`-step mean), ...]} of a run's rollout metrics in TRAIN."""
     out = {}
     for k, (_, scale) in TRAIN.items():
         vals = [scale * r[k] for r in rows]
@@ -81,8 +75,11 @@ def plot(curves: dict, metrics: dict, title: str, path: Path, extra: dict | None
 
 
 def main() -> None:
-    curves = {name: curve(RESULTS / d) for name, d in RUNS.items()}
-    train = {name: train_curve(RESULTS / d) for name, d in TRAIN_RUNS.items()}
+    from ragrl.train.run_dir import read_metrics
+
+    rows = {name: read_metrics(RESULTS / d) for name, d in TRAIN_RUNS.items()}   # each run's file read once
+    curves = {name: curve(rows[name]) for name in RUNS}
+    train = {name: train_curve(rows[name]) for name in TRAIN_RUNS}
     i_point = i_pooldev()
     plot(curves, METRICS, "pool-dev", RESULTS / "mmoa_gpu_curves.png", extra=i_point)
     plot(train, {k: t for k, (t, _) in TRAIN.items()}, "sampled (5-step mean)", RESULTS / "mmoa_gpu_train_curves.png")

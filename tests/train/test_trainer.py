@@ -240,21 +240,22 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_has_it():
 
 def tiny_trainer_config(tiny_model_dir, tmp_path, *overrides):
     """The tiny recipe on the tiny model, 3 held-out and 4 train questions, a 100-passage corpus."""
+    from ragrl.train.recipe import load_train_config
+
+    return load_train_config("search_r1_grpo", [*tiny_sets(tiny_model_dir, tmp_path), *overrides], "tiny")
+
+
+def tiny_sets(tiny_model_dir, tmp_path) -> list[str]:
+    """Write tiny_trainer_config's data files under tmp_path; return its --set overrides, which name them."""
     from tests.train.test_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.paths import DEMO_CORPUS
     from ragrl.retrieval.corpus import load_corpus
-    from ragrl.train.recipe import load_train_config
 
     write_jsonl(tmp_path / "eval.jsonl", load_questions("demo-eval")[:3])
     write_jsonl(tmp_path / "train.jsonl", load_questions("demo-train")[:4])
     corpus = load_corpus(DEMO_CORPUS)
     write_jsonl(tmp_path / "corpus.jsonl", [corpus.passage(i) for i in range(100)])
-    return load_train_config("search_r1_grpo", [*tiny_sets(tiny_model_dir, tmp_path), *overrides], "tiny")
-
-
-def tiny_sets(tiny_model_dir, tmp_path) -> list[str]:
-    """The --set overrides of tiny_trainer_config (whose data files it names)."""
     return [f"model.name={tiny_model_dir}", "model.dtype=float32", f"out_dir={tmp_path / 'run'}",
             f"data.train={tmp_path / 'train.jsonl'}", f"data.eval={tmp_path / 'eval.jsonl'}",
             f"data.corpus={tmp_path / 'corpus.jsonl'}", "data.eval_n=3", "questions_per_step=2", "rollout.n=2",
@@ -341,7 +342,6 @@ def test_train_cli_minutes_bounds_the_rl_steps_and_still_writes_the_final_adapte
     from ragrl.train.run_dir import read_metrics
 
     monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
-    tiny_trainer_config(tiny_model_dir, tmp_path)   # writes the data files the --set lines name
     args = ["train", "search_r1_grpo", "--variant", "tiny", "--minutes", "0.0001"]
     for s in [*tiny_sets(tiny_model_dir, tmp_path), "steps=3", "save_every=100"]:
         args += ["--set", s]
