@@ -37,27 +37,18 @@ def _entries(part: Path) -> dict[str, dict[str, list[dict]]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", action="append", required=True, help="an mmoa_eval.py --out (repeatable)")
-    ap.add_argument("--sft", required=True, help="the SFT start's adapter folder (every system is paired with it)")
-    ap.add_argument("--system", action="append", required=True, help="LABEL=ADAPTER_DIR (repeatable)")
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
-    from ragrl.rewards.mmoa import selector_f1
-
-    labels = [x.split("=", 1)[0] for x in args.system]
-    if any("=" not in x for x in args.system) or "SFT" in labels or len(set(labels)) < len(labels):
-        ap.error("--system takes LABEL=ADAPTER_DIR, each LABEL once and none of them 'SFT' (the --sft start's label)")
-    digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
+def collect(parts: list[Path], digests: dict[str, str]):
+    """Every system's per-question metrics, pooled over `parts` in order: (set -> system -> [metric
+    dict a question], set -> [(first index, end index, part)], system -> adapter digest). `digests`:
+    system label -> adapter digest, the SFT start's labelled "SFT". Refuses a system missing from a
+    part, overlapping question ranges, parts decoded with other settings and an adapter cached
+    twice with different results."""
     names = list(digests)
-    per_set: dict[str, dict[str, dict[str, list]]] = {}   # set -> system -> metric -> values
+    per_set: dict[str, dict[str, list[dict]]] = {}
     spans: dict[str, list[tuple[int, int, str]]] = {}
     adapters: dict[str, str] = {}
     settings = None   # every part's decoding settings (its key without the range) must be the first part's
-    for part in map(Path, args.part):
+    for part in parts:
         for set_name, systems in _entries(part).items():
             missing = [n for n in names if digests[n] not in systems]
             if missing:
@@ -88,10 +79,29 @@ def main() -> None:
                 adapters[name] = e["adapter"]
                 if len(e["summary"]) != n:
                     raise SystemExit(f"--part {part}, {set_name}: {name} has {len(e['summary'])} results, not {n}")
-                vals = per_set.setdefault(set_name, {}).setdefault(name, {"f1": [], "selector_f1": []})
-                vals["f1"] += [m["f1"] for m in e["summary"]]
-                vals["selector_f1"] += [selector_f1(m) for m in e["summary"]]
+                per_set.setdefault(set_name, {}).setdefault(name, []).extend(e["summary"])
+    return per_set, spans, adapters
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", action="append", required=True, help="an mmoa_eval.py --out (repeatable)")
+    ap.add_argument("--sft", required=True, help="the SFT start's adapter folder (every system is paired with it)")
+    ap.add_argument("--system", action="append", required=True, help="LABEL=ADAPTER_DIR (repeatable)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.rewards.mmoa import selector_f1
+
+    labels = [x.split("=", 1)[0] for x in args.system]
+    if any("=" not in x for x in args.system) or "SFT" in labels or len(set(labels)) < len(labels):
+        ap.error("--system takes LABEL=ADAPTER_DIR, each LABEL once and none of them 'SFT' (the --sft start's label)")
+    digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
+    names = list(digests)
+    summaries, spans, adapters = collect([Path(p) for p in args.part], digests)
+    per_set = {s: {n: {"f1": [m["f1"] for m in ms], "selector_f1": [selector_f1(m) for m in ms]}
+                   for n, ms in systems.items()} for s, systems in summaries.items()}
     groups = dict(per_set)
     if len(per_set) > 1:   # one set alone: its table is already the pooled one
         groups["pooled"] = {n: {k: sum((per_set[s][n][k] for s in per_set), []) for k in ("f1", "selector_f1")}

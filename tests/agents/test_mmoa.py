@@ -128,6 +128,30 @@ def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(
     assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
 
 
+def test_greedy_agents_decode_greedily_while_the_others_sample(tiny_model_dir, index):
+    """rollout.greedy_agents=[selector, generator] at temperature 1: the 3 selections of one pipeline
+    (one prompt) are the same, and so are the answers to the same kept documents, while the
+    rewriter still samples; evaluation resets the list."""
+    from ragrl.models.policy import load_policy
+    from ragrl.rollout.hf_engine import HFEngine
+
+    model, tok = load_policy(str(tiny_model_dir))
+    engine = HFEngine(model, tok)
+    samples = load_questions("demo-eval", limit=2)
+    cfg = RolloutConfig(n=3, temperature=1.0, seed=0, selector_samples=3, greedy_agents=["selector", "generator"])
+    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples, cfg)
+    assert [t.agent for t in trajs] == (["rewriter"] + ["selector", "generator"] * 3) * 6
+    rewrites = {}
+    for k in range(0, 42, 7):
+        r, sels, gens = trajs[k], trajs[k + 1:k + 7:2], trajs[k + 2:k + 7:2]
+        assert len({tuple(s.token_ids[s.prompt_len:]) for s in sels}) == 1       # greedy: one selection
+        assert len({g.answer for g in gens}) == 1                                # the same documents, one answer
+        rewrites.setdefault(r.sample_id, set()).add(tuple(r.token_ids[r.prompt_len:]))
+    assert any(len(v) > 1 for v in rewrites.values())                            # the rewriter still samples
+    with pytest.raises(ConfigError, match="'retriever' is not an agent of the MMOA pipeline"):
+        run_mmoa_episodes(engine, MMOAProtocol(), index, samples, RolloutConfig(greedy_agents=["retriever"]))
+
+
 def test_pipeline_branches_at_the_generator_and_groups_each_selections_answers(tiny_model_dir, index):
     """rollout.generator_samples = 3: each selection is answered 3 times from one prompt (its kept
     documents), the 3 answers one group, so a group baseline compares answers to the same context;
@@ -458,6 +482,11 @@ def test_agent_settings_that_cannot_apply_are_refused():
     with pytest.raises(ConfigError, match="generator_samples must be an integer >= 1, got 0"):
         check_agents(load_train_config("mmoa_mappo", ["rollout.generator_samples=0"], variant="tiny"))
     check_agents(load_train_config("mmoa_mappo", ["rollout.generator_samples=4"], variant="tiny"))   # accepted
+    with pytest.raises(ConfigError, match="greedy_agents: 'retriever' is not an agent of 'mmoa'"):
+        check_agents(load_train_config("mmoa_mappo", ["rollout.greedy_agents=[retriever]"], variant="tiny"))
+    with pytest.raises(ConfigError, match="greedy_agents: 'generator' is not an agent of 'search_r1'.*single policy"):
+        check_agents(load_train_config("search_r1_grpo", ["rollout.greedy_agents=[generator]"], variant="tiny"))
+    check_agents(load_train_config("mmoa_mappo", ["rollout.greedy_agents=[selector,generator]"], variant="tiny"))
 
 
 def test_the_multi_turn_runner_refuses_selector_branching(tiny_model_dir):
@@ -473,3 +502,6 @@ def test_the_multi_turn_runner_refuses_selector_branching(tiny_model_dir):
     with pytest.raises(ConfigError, match="multi-turn runner has no selection"):
         run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
                      RolloutConfig(generator_samples=2))
+    with pytest.raises(ConfigError, match="greedy_agents.*multi-turn runner has one policy"):
+        run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
+                     RolloutConfig(greedy_agents=["generator"]))

@@ -92,7 +92,7 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
 
         protocol = get_protocol(cfg.agent)
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
-        rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **dict.fromkeys(TRAINING_ONLY, 1))
+        rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **TRAINING_ONLY)
         trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg)
         return answering(trajs, protocol)
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")

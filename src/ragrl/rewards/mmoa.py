@@ -33,6 +33,18 @@ second document pays only where it is gold often enough (README, MMOA results).
 >>> t.agent = "selector"
 >>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=1.0, selector_beta=2.0), 4)  # 0.5 + F2(0.5, 1)
 1.3333
+
+`rewriter_gold` (off by default; not in the paper) adds, to the rewriter's reward only, that
+weight times the same F-beta of the documents its pipeline kept (its first selection's). The
+selectors trained so far keep the first one or two candidates in retrieval order, so what they
+keep is what the rewriter's sub-questions retrieve first: this credits the rewriter with it
+(README, MMOA: the selector against its retriever's order).
+
+>>> t.agent = "rewriter"
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, rewriter_gold=2.0), 4)   # 0.5 + 2 x F1(0.5, 1)
+1.8333
+>>> round(mmoa_reward(t, {"answers": ["Gian Carlo Menotti"]}, selector_gold=2.0), 4)   # selector_gold: not its
+0.5
 """
 from __future__ import annotations
 
@@ -43,9 +55,11 @@ from ragrl.rollout.trajectory import Trajectory
 
 
 def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_penalty: float = 1.0,
-                generator_penalty: float = 1.0, selector_gold: float = 0.0, selector_beta: float = 1.0) -> float:
-    """Shared answer F1 − the acting agent's penalty when its output earned one (+ the selector's
-    gold-passage F-beta × `selector_gold`)."""
+                generator_penalty: float = 1.0, selector_gold: float = 0.0, selector_beta: float = 1.0,
+                rewriter_gold: float = 0.0) -> float:
+    """Shared answer F1 − the acting agent's penalty when its output earned one (+ the kept
+    documents' gold-passage F-beta × `selector_gold` for the selector, × `rewriter_gold` for the
+    rewriter)."""
     if not isinstance(completion, Trajectory):
         raise RagrlError("mmoa needs a Trajectory from the pipeline runner (it records the agent)")
     penalties = {"rewriter": rewriter_penalty, "selector": selector_penalty, "generator": generator_penalty}
@@ -53,11 +67,13 @@ def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_pena
         raise RagrlError(f"mmoa: unknown agent {completion.agent!r}; expected one of {', '.join(penalties)}")
     f1 = f1_score(completion.answer or "", golds_of(completion, sample))
     reward = f1 - (penalties[completion.agent] if completion.metrics.get("penalized") else 0.0)
-    if selector_gold and completion.agent == "selector":
+    weight, name = {"selector": (selector_gold, "selector_gold"),
+                    "rewriter": (rewriter_gold, "rewriter_gold")}.get(completion.agent, (0.0, ""))
+    if weight:
         if "selector_recall" not in completion.metrics:
-            raise RagrlError("mmoa selector_gold: the question has no gold_passage_ids to score the selection "
-                             "against; use training questions with gold passages or selector_gold=0")
-        reward += selector_gold * selector_f1(completion.metrics, selector_beta)
+            raise RagrlError(f"mmoa {name}: the question has no gold_passage_ids to score the selection "
+                             f"against; use training questions with gold passages or {name}=0")
+        reward += weight * selector_f1(completion.metrics, selector_beta)
     return reward
 
 

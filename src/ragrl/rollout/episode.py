@@ -48,12 +48,18 @@ class RolloutConfig:
     selector_samples: int = 1
     # The pipeline runner only: answers sampled per selection (one prompt, one group). Evaluation uses 1.
     generator_samples: int = 1
+    # The pipeline runner only: agents that decode greedily in training rollouts whatever the
+    # temperature, e.g. frozen ones, so their sampling noise does not reach the trained agents'
+    # rewards (a frozen selector sampled at 0.7 keeps a gold first document far less often than
+    # greedily). Evaluation decodes every agent alike.
+    greedy_agents: list[str] = field(default_factory=list)
     seed: int = 0
 
 
-# Rollout settings that only shape training batches: evaluation sets each to 1 (one answer a question),
-# so they never change an evaluated result (nor belong in the key of a cached one).
-TRAINING_ONLY = ("selector_samples", "generator_samples")
+# Rollout settings that only shape training batches, with the value evaluation gives each (one answer a
+# question, every agent decoded alike), so they never change an evaluated result (nor belong in the key
+# of a cached one).
+TRAINING_ONLY = {"selector_samples": 1, "generator_samples": 1, "greedy_agents": ()}
 
 
 @dataclass
@@ -132,6 +138,9 @@ def run_episodes(
     if cfg.generator_samples != 1:
         raise ConfigError(f"rollout.generator_samples={cfg.generator_samples}: the multi-turn runner has no selection "
                           "to answer several times (only the MMOA pipeline does); leave it at 1")
+    if cfg.greedy_agents:
+        raise ConfigError(f"rollout.greedy_agents={cfg.greedy_agents}: the multi-turn runner has one policy, no agents "
+                          "to decode apart (only the MMOA pipeline has); leave it empty")
     tok = engine.tokenizer
     states: list[_State] = []
     for i, s in enumerate(samples):

@@ -70,6 +70,10 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {cfg.selector_samples!r}")
     if not isinstance(cfg.generator_samples, int) or cfg.generator_samples < 1:
         raise ConfigError(f"rollout.generator_samples must be an integer >= 1, got {cfg.generator_samples!r}")
+    unknown = [a for a in cfg.greedy_agents if a not in AGENTS]
+    if unknown:
+        raise ConfigError(f"rollout.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
+                          f"pipeline (its agents: {', '.join(AGENTS)})")
     pipes = [_Pipe(s, i, j) for i, s in enumerate(samples) for j in range(cfg.n)]
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
 
@@ -85,7 +89,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
 
     def generate(agent: str, messages: list[list[dict]], max_tokens: int, allowed=None) -> None:
         prompts = [chat_ids(tok, m) for m in messages]
-        params = [SamplingParams(max_new_tokens=max_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+        temperature = 0.0 if agent in cfg.greedy_agents else cfg.temperature
+        params = [SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=cfg.top_p,
                                  seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
                                  allowed_tokens=allowed[k] if allowed else None) for k in range(len(prompts))]
         t0 = time.perf_counter()

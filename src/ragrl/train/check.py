@@ -217,8 +217,8 @@ __all__ = ["check_combinations", "check_everything", "check_ranges", "RagrlError
 
 
 def check_agents(cfg: TrainConfig) -> None:
-    """frozen_agents and agent_adapters name agents the protocol has (MMOA-RAG's three);
-    rollout.selector_samples and rollout.generator_samples need the pipeline runner."""
+    """frozen_agents, agent_adapters and rollout.greedy_agents name agents the protocol has (MMOA-RAG's
+    three); rollout.selector_samples and rollout.generator_samples need the pipeline runner."""
     from ragrl.agents.registry import get_protocol
 
     for name, where in (("selector_samples", "at its selector"), ("generator_samples", "at its generator")):
@@ -228,6 +228,12 @@ def check_agents(cfg: TrainConfig) -> None:
         if k > 1 and (cfg.policy != "lm" or getattr(get_protocol(cfg.agent), "runner", "multi_turn") != "pipeline"):
             raise ConfigError(f"rollout.{name}={k} branches a pipeline {where}, but agent {cfg.agent!r} "
                               f"(policy {cfg.policy}) has no pipeline (only MMOA-RAG's does); leave it at 1")
+    if cfg.rollout.greedy_agents:
+        agents = tuple(get_protocol(cfg.agent).agents) if cfg.policy == "lm" else ()
+        unknown = [a for a in cfg.rollout.greedy_agents if a not in agents]
+        if unknown:
+            raise ConfigError(f"rollout.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of "
+                              f"{cfg.agent!r} (its agents: {', '.join(agents) or 'none, it is a single policy'})")
     if not cfg.frozen_agents and cfg.agent_adapters == "shared":
         return
 
