@@ -12,7 +12,9 @@ sub-questions retrieve first), and selector F1; beside them, what needs no selec
 keeping the retriever's first one or two candidates (of the SFT pipeline's own candidates), and
 the ceiling (every gold passage among the candidates, and nothing else). Paired differences: each
 system's selector F1 against the top-1 of its own candidates (does its selector beat just taking
-the retriever's first hit?). Writes OUT.json and OUT.md.
+the retriever's first hit?). With --question-baseline, BM25 over the full corpus is searched with
+each question itself (no rewriter) and its top-1 and top-2 join the table: what a pipeline with
+no rewriter and a prefix-keeping selector would keep. Writes OUT.json and OUT.md.
 """
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ def main() -> None:
     ap.add_argument("--sft", required=True, help="the SFT start's adapter folder")
     ap.add_argument("--system", action="append", default=[], help="LABEL=ADAPTER_DIR (repeatable)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--question-baseline", action="store_true",
+                    help="also keep BM25's top-1 / top-2 for the question itself (loads the full-corpus index)")
     args = ap.parse_args()
     if any("=" not in x for x in args.system):
         ap.error("--system takes LABEL=ADAPTER_DIR")
@@ -72,10 +76,17 @@ def main() -> None:
 
     digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
     summaries, spans, _ = collect([Path(p) for p in args.part], digests)
+    retriever = None
+    if args.question_baseline:
+        from ragrl.train.config import DataConfig, TrainConfig
+        from ragrl.train.trainer import default_retriever
+
+        retriever = default_retriever(TrainConfig(data=DataConfig(corpus="kit:corpus/wiki_passages.jsonl.gz")))
     per_set: dict[str, dict[str, dict[str, list[float]]]] = {}
     for set_name, systems in summaries.items():
         rows = with_heuristic_gold(load_questions(SETS[set_name], limit=max(hi for _, hi, _ in spans[set_name])))
         golds = [set(rows[i]["gold_passage_ids"]) for lo, hi, _ in spans[set_name] for i in range(lo, hi)]
+        questions = [rows[i]["question"] for lo, hi, _ in spans[set_name] for i in range(lo, hi)]
         sft = systems["SFT"]
         # The cached precision must be what these gold ids give: otherwise rows and results are misaligned.
         for m, g in zip(sft, golds):
@@ -84,6 +95,11 @@ def main() -> None:
         stats = {name: describe(ms, golds) for name, ms in systems.items()}
         stats["retriever top-1 (SFT's candidates)"] = {"selector_f1": [selection_f1(m["retrieved"][:1], g) for m, g in zip(sft, golds)]}
         stats["retriever top-2 (SFT's candidates)"] = {"selector_f1": [selection_f1(m["retrieved"][:2], g) for m, g in zip(sft, golds)]}
+        if retriever is not None:
+            own = [[h.id for h in hs] for hs in retriever.search(questions, 2)]
+            for k in (1, 2):
+                stats[f"BM25 on the question itself, top-{k}"] = {"selector_f1": [selection_f1(ids[:k], g)
+                                                                                 for ids, g in zip(own, golds)]}
         stats["ceiling: the gold among SFT's candidates"] = {
             "selector_f1": [selection_f1([p for p in m["retrieved"] if p in g], g) for m, g in zip(sft, golds)]}
         per_set[set_name] = stats
@@ -111,10 +127,18 @@ def main() -> None:
             md.append(f"| {name} | {extra} | {ci[0]:.1f} [{ci[1]:.1f}, {ci[2]:.1f}] |")
             if "own_top1_f1" in s:
                 pairs[name] = paired_bootstrap_diff(s["own_top1_f1"], s["selector_f1"])
+        row = lambda name, d: f"| {name} | {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}], p {d[3]:.3f} |"  # noqa: E731
         md += ["", "| selector F1 minus the top-1 of its own candidates | Δ [95% CI], p |", "|---|---|"]
-        md += [f"| {name} | {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}], p {d[3]:.3f} |" for name, d in pairs.items()]
-        md.append("")
+        md += [row(name, d) for name, d in pairs.items()]
         result["groups"][group] = {"n": n, "systems": rows_out, "vs_own_top1": pairs}
+        base = stats.get("BM25 on the question itself, top-1")
+        if base:   # no rewriter at all: does a system's pipeline beat searching with the question?
+            vs_q = {name: paired_bootstrap_diff(base["selector_f1"], s["selector_f1"]) for name, s in stats.items()
+                    if "kept" in s}
+            md += ["", "| selector F1 minus BM25's top-1 for the question itself | Δ [95% CI], p |", "|---|---|"]
+            md += [row(name, d) for name, d in vs_q.items()]
+            result["groups"][group]["vs_question_top1"] = vs_q
+        md.append("")
     Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
     Path(args.out).with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md))
