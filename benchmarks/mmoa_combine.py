@@ -83,6 +83,13 @@ def collect(parts: list[Path], digests: dict[str, str]):
     return per_set, spans, adapters
 
 
+def write_results(out: str, result: dict, md: list[str]) -> None:
+    """OUT.json and OUT.md, and the table printed."""
+    Path(out).with_suffix(".json").write_text(json.dumps(result, indent=1))
+    Path(out).with_suffix(".md").write_text("\n".join(md))
+    print("\n".join(md))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", action="append", required=True, help="an mmoa_eval.py --out (repeatable)")
@@ -124,9 +131,7 @@ def main() -> None:
         md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
         md += [_paired_row(name, p) for name, p in pairs.items()]
         md.append("")
-    Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
-    Path(args.out).with_suffix(".md").write_text("\n".join(md))
-    print("\n".join(md))
+    write_results(args.out, result, md)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,10 @@ no rewriter and a prefix-keeping selector would keep. Writes OUT.json and OUT.md
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
-from mmoa_combine import collect
+from mmoa_combine import collect, write_results
 from mmoa_eval import SETS
 
 
@@ -139,9 +138,7 @@ def main() -> None:
             md += [row(name, d) for name, d in vs_q.items()]
             result["groups"][group]["vs_question_top1"] = vs_q
         md.append("")
-    Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
-    Path(args.out).with_suffix(".md").write_text("\n".join(md))
-    print("\n".join(md))
+    write_results(args.out, result, md)
 
 
 if __name__ == "__main__":
