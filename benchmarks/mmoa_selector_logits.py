@@ -22,13 +22,11 @@ Writes OUT.json and OUT.md.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 from pathlib import Path
 
 from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
-from mmoa_combine import collect
+from mmoa_combine import collect, write_results
 from mmoa_eval import SETS
 
 
@@ -80,7 +78,7 @@ def main() -> None:
     from ragrl.eval.stats import bootstrap_ci
     from ragrl.models.policy import load_policy
     from ragrl.paths import resolve_kit
-    from ragrl.retrieval.base import Hit
+    from ragrl.retrieval.corpus import load_corpus
     from ragrl.rollout.episode import chat_ids
     from ragrl.train.policy import torch_dtype
 
@@ -91,13 +89,8 @@ def main() -> None:
     # A question with under two candidates has no choice to score.
     keep = [i for i, m in enumerate(systems["SFT"]) if len(m["retrieved"]) >= 2]
     rows, cands = [rows[i] for i in keep], [systems["SFT"][i]["retrieved"] for i in keep]
-    need = {pid for c in cands for pid in c}
-    passages = {}
-    with gzip.open(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"), "rt") as f:
-        for line in f:
-            d = json.loads(line)
-            if d["id"] in need:
-                passages[d["id"]] = Hit(d["id"], d["title"], d["text"], 0.0)
+    corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
+    passages = {pid: corpus.hit(corpus.row(pid), 0.0) for c in cands for pid in c}
     golds = [[pid in set(r["gold_passage_ids"]) for pid in c] for r, c in zip(rows, cands)]
 
     dtype = torch_dtype("auto")
@@ -142,12 +135,11 @@ def main() -> None:
         per_q, auc = margins(lps, golds)
         ci = bootstrap_ci(per_q)
         p0 = sum(math.exp(lp[0]) for lp in lps) / len(lps) if name != "BM25 order (reference)" else None
-        result["systems"][name] = {"logps": [[round(x, 4) for x in lp] for lp in lps], "p_first": p0, "gold_margin": ci, "questions_with_gold_after_first": len(per_q), "auc": auc}
+        result["systems"][name] = {"logps": [[round(x, 4) for x in lp] for lp in lps], "p_first": p0, "gold_margin": ci,
+                                   "questions_with_gold_after_first": len(per_q), "auc": auc}
         md.append(f"| {name} | {'–' if p0 is None else f'{p0:.3f}'} | {ci[0]:+.2f} [{ci[1]:+.2f}, {ci[2]:+.2f}] | {auc:.3f} |")
     md += ["", f"Questions with a gold candidate after position 0: {len(per_q)}."]
-    Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=1))
-    Path(args.out).with_suffix(".md").write_text("\n".join(md))
-    print("\n".join(md))
+    write_results(args.out, result, md)
 
 
 if __name__ == "__main__":

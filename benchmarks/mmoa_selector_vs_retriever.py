@@ -92,7 +92,7 @@ def main() -> None:
             if m["selected"] and abs(len(set(m["selected"]) & g) / len(set(m["selected"])) - m["selector_precision"]) > 1e-9:
                 raise SystemExit(f"{set_name}: the cached selections do not match the questions' gold passages")
         stats = {name: describe(ms, golds) for name, ms in systems.items()}
-        stats["retriever top-1 (SFT's candidates)"] = {"selector_f1": [selection_f1(m["retrieved"][:1], g) for m, g in zip(sft, golds)]}
+        stats["retriever top-1 (SFT's candidates)"] = {"selector_f1": stats["SFT"]["own_top1_f1"]}
         stats["retriever top-2 (SFT's candidates)"] = {"selector_f1": [selection_f1(m["retrieved"][:2], g) for m, g in zip(sft, golds)]}
         if retriever is not None:
             own = [[h.id for h in hs] for hs in retriever.search(questions, 2)]
@@ -104,9 +104,10 @@ def main() -> None:
         per_set[set_name] = stats
     groups = dict(per_set)
     if len(per_set) > 1:
-        groups["pooled"] = {name: {k: sum((per_set[s][name][k] for s in per_set), []) for k in per_set[next(iter(per_set))][name]}
-                            for name in per_set[next(iter(per_set))]}
-    result: dict = {"parts": args.part, "systems": {k: v for k, v in zip(digests, digests.values())}, "groups": {}}
+        first = next(iter(per_set.values()))
+        groups["pooled"] = {name: {k: sum((per_set[s][name][k] for s in per_set), []) for k in first[name]}
+                            for name in first}
+    result: dict = {"parts": args.part, "systems": dict(digests), "groups": {}}
     md = ["# MMOA-RAG: the selector against its retriever's order (cached greedy results, BM25 over the full corpus)", ""]
     pct = lambda v: 100 * sum(v) / len(v)   # noqa: E731
     for group, stats in groups.items():

@@ -228,20 +228,16 @@ def check_agents(cfg: TrainConfig) -> None:
         if k > 1 and (cfg.policy != "lm" or getattr(get_protocol(cfg.agent), "runner", "multi_turn") != "pipeline"):
             raise ConfigError(f"rollout.{name}={k} branches a pipeline {where}, but agent {cfg.agent!r} "
                               f"(policy {cfg.policy}) has no pipeline (only MMOA-RAG's does); leave it at 1")
-    if cfg.rollout.greedy_agents:
-        agents = tuple(get_protocol(cfg.agent).agents) if cfg.policy == "lm" else ()
-        unknown = [a for a in cfg.rollout.greedy_agents if a not in agents]
+    agents = tuple(get_protocol(cfg.agent).agents)
+    # A retriever policy decodes no agent's text, whatever agents its protocol names.
+    for key, names, known in (("rollout.greedy_agents", cfg.rollout.greedy_agents, agents if cfg.policy == "lm" else ()),
+                              ("frozen_agents", cfg.frozen_agents, agents)):
+        unknown = [a for a in names if a not in known]
         if unknown:
-            raise ConfigError(f"rollout.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of "
-                              f"{cfg.agent!r} (its agents: {', '.join(agents) or 'none, it is a single policy'})")
+            raise ConfigError(f"{key}: {', '.join(map(repr, unknown))} is not an agent of {cfg.agent!r} "
+                              f"(its agents: {', '.join(known) or 'none, it is a single policy'})")
     if not cfg.frozen_agents and cfg.agent_adapters == "shared":
         return
-
-    agents = tuple(get_protocol(cfg.agent).agents)
-    unknown = [a for a in cfg.frozen_agents if a not in agents]
-    if unknown:
-        raise ConfigError(f"frozen_agents: {', '.join(map(repr, unknown))} is not an agent of {cfg.agent!r} "
-                          f"(its agents: {', '.join(agents) or 'none, it is a single policy'})")
     if cfg.agent_adapters == "per_agent":
         cannot = [(not agents, f"agent {cfg.agent!r} is a single policy"),
                   (not cfg.model.lora, "model.lora is false"),
