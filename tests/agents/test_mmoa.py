@@ -53,12 +53,17 @@ def test_penalties_on_hand_made_cases():
     assert split_budget(1) == [10] and split_budget(2) == [5, 5] and split_budget(4) == [3, 3, 2, 2]
 
 
-def test_selector_beta_is_checked_when_the_reward_is_built():
+def test_selector_beta_and_the_weights_are_checked_when_the_reward_is_built():
     from ragrl.rewards.registry import make_reward
     assert make_reward({"mmoa": {"selector_gold": 3.0, "selector_beta": 2.0}})
     for bad in (0, -1.0, "2", True):
         with pytest.raises(ConfigError, match="selector_beta must be a number > 0"):
             make_reward({"mmoa": {"selector_gold": 3.0, "selector_beta": bad}})
+    assert make_reward({"mmoa": {"rewriter_gold": 3, "selector_penalty": 0.5}})
+    for name in ("rewriter_gold", "selector_gold", "rewriter_penalty"):
+        for bad in ("3", True, None):
+            with pytest.raises(ConfigError, match=f"{name} must be a number"):
+                make_reward({"mmoa": {name: bad}})
 
 
 @pytest.fixture(scope="module")

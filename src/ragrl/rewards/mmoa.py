@@ -77,9 +77,14 @@ def mmoa_reward(completion, sample, rewriter_penalty: float = 0.5, selector_pena
     return reward
 
 
-def _check_options(selector_beta: float = 1.0, **_) -> None:
+def _check_options(selector_beta: float = 1.0, **weights) -> None:
     if isinstance(selector_beta, bool) or not isinstance(selector_beta, (int, float)) or not selector_beta > 0:
         raise ConfigError(f"reward 'mmoa': selector_beta must be a number > 0, got {selector_beta!r}")
+    # The penalties and the gold weights (names already checked by the registry) are numbers: a string
+    # would otherwise fail only at the first reward, after the rollout.
+    for name, value in weights.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"reward 'mmoa': {name} must be a number, got {value!r}")
 
 
 mmoa_reward.check_options = _check_options   # read by the reward registry when a recipe is loaded
