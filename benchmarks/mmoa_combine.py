@@ -10,7 +10,9 @@ not overlap within a set (a question counted twice would shrink the CI it has no
 A system is found in each part by its adapter's bytes (its name may differ between parts), and
 every named system, and the SFT start it is paired with, must be in every part. Writes OUT.json
 and OUT.md: per set and pooled, answer F1 and selector F1 of each system with 95% CIs, and paired
-differences against SFT.
+differences against SFT. `--family N` (the number of tests these questions have served) adds to each
+paired difference its z and its Bonferroni family-wise CI (alpha 0.05 / N, 20,000 resamples), so a
+pre-registered correction for reused held-out questions is read off the table, not computed aside.
 """
 from __future__ import annotations
 
@@ -96,9 +98,13 @@ def main() -> None:
     ap.add_argument("--sft", required=True, help="the SFT start's adapter folder (every system is paired with it)")
     ap.add_argument("--system", action="append", required=True, help="LABEL=ADAPTER_DIR (repeatable)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--family", type=int, default=0,
+                    help="N tests these questions have served: adds each difference's z and its CI at alpha 0.05/N")
     args = ap.parse_args()
+    if args.family < 0 or args.family == 1:
+        ap.error(f"--family takes the number of tests (>= 2), or 0 for none; got {args.family}")
 
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff, paired_z
     from ragrl.rewards.mmoa import selector_f1
 
     labels = [x.split("=", 1)[0] for x in args.system]
@@ -131,6 +137,18 @@ def main() -> None:
         md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
         md += [_paired_row(name, p) for name, p in pairs.items()]
         md.append("")
+        if args.family:
+            alpha = 0.05 / args.family
+            fam = {name: {k: [*paired_bootstrap_diff(systems["SFT"][k], systems[name][k], n_boot=20_000,
+                                                     alpha=alpha)[1:3], paired_z(systems["SFT"][k], systems[name][k])]
+                          for k in ("f1", "selector_f1")} for name in names[1:]}
+            result["groups"][group]["family"] = {"tests": args.family, "alpha": alpha, "paired": fam}
+            md += [f"| family of {args.family} tests (alpha {alpha:.5f}) | ΔF1 CI, z | Δselector F1 CI, z |",
+                   "|---|---|---|"]
+            md += [f"| {name} | [{100 * f['f1'][0]:+.1f}, {100 * f['f1'][1]:+.1f}], z {f['f1'][2]:+.2f} | "
+                   f"[{100 * f['selector_f1'][0]:+.1f}, {100 * f['selector_f1'][1]:+.1f}], "
+                   f"z {f['selector_f1'][2]:+.2f} |" for name, f in fam.items()]
+            md.append("")
     write_results(args.out, result, md)
 
 

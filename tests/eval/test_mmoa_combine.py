@@ -153,3 +153,24 @@ def test_mmoa_eval_cache_key_is_what_decoding_reads_and_nothing_else():
     assert cache_settings(branched, "torch.bfloat16", 0) == pinned
     assert cache_settings(rollout, "torch.bfloat16", 100) == {**pinned, "skip": 100}
     assert cache_settings(RolloutConfig(temperature=0.7, passage_words=30), "torch.bfloat16", 0) != pinned
+
+
+def test_family_option_adds_z_and_a_wider_bonferroni_ci_and_refuses_a_family_of_one(tmp_path):
+    sft, run = _adapter(tmp_path, "sft"), _adapter(tmp_path, "run")
+    part = _part(tmp_path / "p", 0, {sft: [(0.0, 1, 1), (0.5, 1, 1), (0.2, 1, 1), (0.1, 1, 1), (0.4, 1, 1)],
+                                     run: [(1.0, 1, 1), (0.5, 1, 1), (0.2, 1, 1), (0.4, 1, 1), (0.4, 1, 1)]},
+                 {sft: "SFT", run: "R"})
+    res = _combine("--part", part, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "o", "--family", "38")
+    assert res.returncode == 0, res.stderr
+    group = json.loads((tmp_path / "o.json").read_text())["groups"]["hotpotqa_dev"]
+    # F1 differences 1, 0, 0, 0.3, 0: mean 0.26, sample sd sqrt(0.752 / 4) = 0.4336, z = 0.26 / (0.4336 / sqrt 5)
+    lo, hi, z = group["family"]["paired"]["R"]["f1"]
+    assert z == pytest.approx(1.3408, abs=1e-3)
+    assert group["family"]["alpha"] == pytest.approx(0.05 / 38)
+    _, lo95, hi95, _ = group["paired"]["R"]["f1"]
+    assert lo <= lo95 and hi >= hi95 and (lo, hi) != (lo95, hi95)
+    assert group["family"]["paired"]["R"]["selector_f1"][2] == 0.0   # identical selections
+    assert "family of 38 tests" in (tmp_path / "o.md").read_text()
+    res = _combine("--part", part, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "x", "--family", "1")
+    assert res.returncode != 0 and "--family takes the number of tests" in res.stderr
+    assert not (tmp_path / "x.json").exists()

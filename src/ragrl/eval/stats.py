@@ -81,6 +81,27 @@ def paired_bootstrap_diff(
     return float(diff.mean()), float(lo), float(hi), p
 
 
+def paired_z(a: Sequence[float], b: Sequence[float]) -> float:
+    """z of the paired mean difference b - a: mean / (sample sd / sqrt(n)), the normal-approximation
+    statistic behind a family-wise (Bonferroni) threshold, e.g. |z| >= 3.28 for 38 two-sided tests at 0.05.
+    a, b: [n] scores of the same questions in the same order. 0 when every difference is 0; +-inf when
+    all differences are equal and non-zero.
+
+    >>> round(paired_z([0, 0, 0, 0], [1, 0, 1, 2]), 3)   # diffs 1, 0, 1, 2: mean 1, sd 0.816, n 4
+    2.449
+    >>> paired_z([1, 2], [1, 2]), paired_z([0, 0], [1, 1])
+    (0.0, inf)
+    """
+    xa, xb = _as_vector(a, "paired_z a"), _as_vector(b, "paired_z b")
+    if xa.size != xb.size or xa.size < 2:
+        raise RagrlError(f"paired_z: needs two equal-length score lists of >= 2 questions, got {xa.size} and {xb.size}")
+    diff = xb - xa
+    mean, sd = float(diff.mean()), float(diff.std(ddof=1))
+    if sd == 0.0:
+        return 0.0 if mean == 0.0 else float(np.copysign(np.inf, mean))
+    return mean / (sd / float(np.sqrt(diff.size)))
+
+
 def _metric(t: Trajectory, key: str) -> float:
     if key not in t.metrics:
         raise RagrlError(f"trajectory {t.sample_id!r} has no metric {key!r} "
