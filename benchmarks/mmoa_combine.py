@@ -9,10 +9,11 @@ one question range of each set (`--n`, `--skip`). The ranges are read from the c
 not overlap within a set (a question counted twice would shrink the CI it has no right to shrink).
 A system is found in each part by its adapter's bytes (its name may differ between parts), and
 every named system, and the SFT start it is paired with, must be in every part. Writes OUT.json
-and OUT.md: per set and pooled, answer F1 and selector F1 of each system with 95% CIs, and paired
-differences against SFT. `--family N` (the number of tests these questions have served) adds to each
-paired difference its z and its Bonferroni family-wise CI (alpha 0.05 / N, 20,000 resamples), so a
-pre-registered correction for reused held-out questions is read off the table, not computed aside.
+and OUT.md: per set and pooled, each system's EM, answer F1 and selector precision, recall and F1 with
+95% CIs, and paired differences of answer F1 and selector F1 against SFT. `--family N` (the number
+of tests these questions have served) adds to each paired difference its z and its Bonferroni
+family-wise CI (alpha 0.05 / N, 20,000 resamples), so a pre-registered correction for reused
+held-out questions is read off the table, not computed aside.
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ from pathlib import Path
 
 from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
 from mmoa_eval import _paired_row
+
+
+# Levels per system, each with a 95% CI (the issue's table); paired tests are on answer F1 and selector F1.
+METRICS = ("em", "f1", "selector_precision", "selector_recall", "selector_f1")
 
 
 def _entries(part: Path) -> dict[str, dict[str, list[dict]]]:
@@ -113,12 +118,14 @@ def main() -> None:
     digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
     names = list(digests)
     summaries, spans, adapters = collect([Path(p) for p in args.part], digests)
-    per_set = {s: {n: {"f1": [m["f1"] for m in ms], "selector_f1": [selector_f1(m) for m in ms]}
+    per_set = {s: {n: {"em": [m["em"] for m in ms], "f1": [m["f1"] for m in ms],
+                       "selector_precision": [m["selector_precision"] for m in ms],
+                       "selector_recall": [m["selector_recall"] for m in ms],
+                       "selector_f1": [selector_f1(m) for m in ms]}
                    for n, ms in systems.items()} for s, systems in summaries.items()}
     groups = dict(per_set)
     if len(per_set) > 1:   # one set alone: its table is already the pooled one
-        groups["pooled"] = {n: {k: sum((per_set[s][n][k] for s in per_set), []) for k in ("f1", "selector_f1")}
-                            for n in names}
+        groups["pooled"] = {n: {k: sum((per_set[s][n][k] for s in per_set), []) for k in METRICS} for n in names}
     result: dict = {"parts": args.part, "spans": {s: [(lo + 1, hi) for lo, hi, _ in v] for s, v in spans.items()},
                     "adapter_sha1": adapters, "groups": {}}
     md = ["# MMOA-RAG, results pooled over question ranges (held-out, BM25 over the full corpus, greedy)", ""]
@@ -129,10 +136,9 @@ def main() -> None:
                  for name in names[1:]}
         result["groups"][group] = {"n": n, "systems": rows, "paired": pairs}
         where = ", ".join(f"{lo}-{hi}" for lo, hi in result["spans"].get(group, [])) or "all sets"
-        md += [f"## {group} ({n} questions: {where})", "", "| system | answer F1 [95% CI] | selector F1 [95% CI] |",
-               "|---|---|---|"]
-        md += [f"| {name} | {r['f1'][0]:.1f} [{r['f1'][1]:.1f}, {r['f1'][2]:.1f}] | "
-               f"{r['selector_f1'][0]:.1f} [{r['selector_f1'][1]:.1f}, {r['selector_f1'][2]:.1f}] |"
+        md += [f"## {group} ({n} questions: {where})", "",
+               "| system | EM | answer F1 | selector P | selector R | selector F1 |", "|---|---|---|---|---|---|"]
+        md += [f"| {name} | " + " | ".join(f"{r[k][0]:.1f} [{r[k][1]:.1f}, {r[k][2]:.1f}]" for k in METRICS) + " |"
                for name, r in rows.items()]
         md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
         md += [_paired_row(name, p) for name, p in pairs.items()]

@@ -27,7 +27,8 @@ def _part(root: Path, skip: int, per_system: dict, names: dict, set_name: str = 
                   {"temperature": 0.0, "dtype": dtype, **({"skip": skip} if skip else {})})
     for adapter, rows in per_system.items():
         cache.put(names[adapter], adapter_digest(str(adapter)),
-                  [{"f1": f, "selector_precision": p, "selector_recall": r} for f, p, r in rows])
+                  [{"em": float(f == 1.0), "f1": f, "selector_precision": p, "selector_recall": r}
+                   for f, p, r in rows])
     return root
 
 
@@ -60,6 +61,13 @@ def test_two_ranges_pool_into_one_paired_test_matching_systems_by_adapter_bytes(
     assert pooled["paired"]["R"]["f1"][0] == pytest.approx((1.3 + 0.5) / 6)
     assert pooled["paired"]["R"]["selector_f1"][0] == pytest.approx((-2 / 3 + 1) / 6)
     assert "| R | +26.0 [" in (tmp_path / "out.md").read_text()
+    # levels, the table: R's pooled EM (exact F1 1.0 on 1 of 6), precision (1, 0, 1, 0, 0, 1 -> 1/2)
+    # and recall (0.5, 0, 1, 0, 0, 1 -> 5/12), in percent, each with a CI
+    levels = pooled["systems"]["R"]
+    assert levels["em"][0] == pytest.approx(100 / 6)
+    assert levels["selector_precision"][0] == pytest.approx(50.0)
+    assert levels["selector_recall"][0] == pytest.approx(100 * 5 / 12)
+    assert "| system | EM | answer F1 | selector P | selector R | selector F1 |" in (tmp_path / "out.md").read_text()
 
 
 def test_overlapping_ranges_and_a_missing_system_are_refused_naming_them(tmp_path):
@@ -121,12 +129,12 @@ def test_one_adapter_cached_twice_with_different_results_is_refused_and_identica
     part = _part(tmp_path / "p", 0, {sft: [(0.0, 1, 1), (0.0, 1, 1)], run: [(1.0, 1, 1), (0.0, 1, 1)]},
                  {sft: "SFT", run: "R"})
     cache = Cache(tmp_path / "p.cache" / "hotpotqa_dev", 2, {"temperature": 0.0, "dtype": "torch.bfloat16"})
-    cache.put("R again", adapter_digest(str(run)), [{"f1": 1.0, "selector_precision": 1, "selector_recall": 1},
-                                                    {"f1": 0.0, "selector_precision": 1, "selector_recall": 1}])
+    cache.put("R again", adapter_digest(str(run)), [dict(em=1.0, f1=1.0, selector_precision=1, selector_recall=1),
+                                                    dict(em=0.0, f1=0.0, selector_precision=1, selector_recall=1)])
     res = _combine("--part", part, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "same")
     assert res.returncode == 0, res.stderr
-    cache.put("R again", adapter_digest(str(run)), [{"f1": 1.0, "selector_precision": 1, "selector_recall": 1},
-                                                    {"f1": 0.5, "selector_precision": 1, "selector_recall": 1}])
+    cache.put("R again", adapter_digest(str(run)), [dict(em=1.0, f1=1.0, selector_precision=1, selector_recall=1),
+                                                    dict(em=0.0, f1=0.5, selector_precision=1, selector_recall=1)])
     res = _combine("--part", part, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "differ")
     assert res.returncode != 0 and "cached under several names" in res.stderr
     assert "'R'" in res.stderr and "'R again'" in res.stderr
