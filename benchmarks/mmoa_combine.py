@@ -27,6 +27,7 @@ from mmoa_eval import _paired_row
 
 # Levels per system, each with a 95% CI (the table); paired tests are on answer F1 and selector F1.
 METRICS = ("em", "f1", "selector_precision", "selector_recall", "selector_f1")
+PAIRED = ("f1", "selector_f1")
 
 
 def _entries(part: Path) -> dict[str, dict[str, list[dict]]]:
@@ -118,10 +119,8 @@ def main() -> None:
     digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
     names = list(digests)
     summaries, spans, adapters = collect([Path(p) for p in args.part], digests)
-    per_set = {s: {n: {"em": [m["em"] for m in ms], "f1": [m["f1"] for m in ms],
-                       "selector_precision": [m["selector_precision"] for m in ms],
-                       "selector_recall": [m["selector_recall"] for m in ms],
-                       "selector_f1": [selector_f1(m) for m in ms]}
+    # selector F1 is derived from each question's precision and recall; the other metrics are cached as they are
+    per_set = {s: {n: {k: [selector_f1(m) if k == "selector_f1" else m[k] for m in ms] for k in METRICS}
                    for n, ms in systems.items()} for s, systems in summaries.items()}
     groups = dict(per_set)
     if len(per_set) > 1:   # one set alone: its table is already the pooled one
@@ -132,7 +131,7 @@ def main() -> None:
     for group, systems in groups.items():
         n = len(systems["SFT"]["f1"])
         rows = {name: {k: [100 * x for x in bootstrap_ci(v)] for k, v in m.items()} for name, m in systems.items()}
-        pairs = {name: {k: paired_bootstrap_diff(systems["SFT"][k], systems[name][k]) for k in ("f1", "selector_f1")}
+        pairs = {name: {k: paired_bootstrap_diff(systems["SFT"][k], systems[name][k]) for k in PAIRED}
                  for name in names[1:]}
         result["groups"][group] = {"n": n, "systems": rows, "paired": pairs}
         where = ", ".join(f"{lo}-{hi}" for lo, hi in result["spans"].get(group, [])) or "all sets"
@@ -147,13 +146,12 @@ def main() -> None:
             alpha = 0.05 / args.family
             fam = {name: {k: [*paired_bootstrap_diff(systems["SFT"][k], systems[name][k], n_boot=20_000,
                                                      alpha=alpha)[1:3], paired_z(systems["SFT"][k], systems[name][k])]
-                          for k in ("f1", "selector_f1")} for name in names[1:]}
+                          for k in PAIRED} for name in names[1:]}
             result["groups"][group]["family"] = {"tests": args.family, "alpha": alpha, "paired": fam}
             md += [f"| family of {args.family} tests (alpha {alpha:.5f}) | ΔF1 CI, z | Δselector F1 CI, z |",
                    "|---|---|---|"]
-            md += [f"| {name} | [{100 * f['f1'][0]:+.1f}, {100 * f['f1'][1]:+.1f}], z {f['f1'][2]:+.2f} | "
-                   f"[{100 * f['selector_f1'][0]:+.1f}, {100 * f['selector_f1'][1]:+.1f}], "
-                   f"z {f['selector_f1'][2]:+.2f} |" for name, f in fam.items()]
+            cell = lambda c: f"[{100 * c[0]:+.1f}, {100 * c[1]:+.1f}], z {c[2]:+.2f}"   # noqa: E731
+            md += [f"| {name} | " + " | ".join(cell(f[k]) for k in PAIRED) + " |" for name, f in fam.items()]
             md.append("")
     write_results(args.out, result, md)
 

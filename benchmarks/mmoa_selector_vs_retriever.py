@@ -23,7 +23,7 @@ from pathlib import Path
 
 from eval_cache import adapter_digest   # benchmarks/ is on sys.path when run as a script
 from mmoa_combine import collect, write_results
-from mmoa_eval import SETS
+from mmoa_eval import SETS, diff_cell
 
 
 def selection_f1(selected: list[str], gold: set[str]) -> float:
@@ -127,16 +127,15 @@ def main() -> None:
             md.append(f"| {name} | {extra} | {ci[0]:.1f} [{ci[1]:.1f}, {ci[2]:.1f}] |")
             if "own_top1_f1" in s:
                 pairs[name] = paired_bootstrap_diff(s["own_top1_f1"], s["selector_f1"])
-        row = lambda name, d: f"| {name} | {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}], p {d[3]:.3f} |"  # noqa: E731
         md += ["", "| selector F1 minus the top-1 of its own candidates | Δ [95% CI], p |", "|---|---|"]
-        md += [row(name, d) for name, d in pairs.items()]
+        md += [f"| {name} | {diff_cell(d)} |" for name, d in pairs.items()]
         result["groups"][group] = {"n": n, "systems": rows_out, "vs_own_top1": pairs}
         base = stats.get("BM25 on the question itself, top-1")
         if base:   # no rewriter at all: does a system's pipeline beat searching with the question?
             vs_q = {name: paired_bootstrap_diff(base["selector_f1"], s["selector_f1"]) for name, s in stats.items()
                     if "kept" in s}
             md += ["", "| selector F1 minus BM25's top-1 for the question itself | Δ [95% CI], p |", "|---|---|"]
-            md += [row(name, d) for name, d in vs_q.items()]
+            md += [f"| {name} | {diff_cell(d)} |" for name, d in vs_q.items()]
             result["groups"][group]["vs_question_top1"] = vs_q
         md.append("")
     write_results(args.out, result, md)
