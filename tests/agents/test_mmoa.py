@@ -423,6 +423,28 @@ def test_per_agent_adapters_train_only_unfrozen_agents_and_export_one_folder_eac
     assert all(torch.allclose(got[k], after["rewriter"][k]) for k in got)
 
 
+def test_tiny_joint_variant_is_run_ks_settings_and_trains_a_step(tiny_model_dir, demo_bm25_dir, tmp_path):
+    """`--variant tiny_joint` (the README's run K): every agent trained with its own adapter, the
+    rewriter credited with its pipeline's kept documents, sampled at 0.7 with one selection a
+    pipeline; one step on the tiny model trains, logs each agent's reward and exports three adapters."""
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    out = tmp_path / "joint"
+    cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
+                                           f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
+                                           "rollout.n=2", "questions_per_step=2", "sft.steps=0", f"out_dir={out}"],
+                            variant="tiny_joint")
+    assert (cfg.agent_adapters, cfg.frozen_agents, cfg.rollout.greedy_agents) == ("per_agent", [], [])
+    assert (cfg.reward["mmoa"]["rewriter_gold"], cfg.reward["mmoa"]["selector_gold"]) == (3.0, 3.0)
+    assert (cfg.rollout.temperature, cfg.rollout.selector_samples, cfg.algo.estimator) == (0.7, 1, "gae_baseline")
+    assert (cfg.keep_best, cfg.eval_every) == (None, 0)
+    rows = Trainer(cfg).train(progress=False)
+    assert len(rows) == 1 and rows[0]["updates"] >= 1
+    assert {"reward/rewriter", "reward/selector", "reward/generator"} <= set(rows[0])
+    assert {p.name for p in (out / "final_adapter").iterdir() if p.is_dir()} >= {"rewriter", "selector", "generator"}
+
+
 def test_per_agent_forward_runs_each_row_under_its_own_agents_adapter(tiny_model_dir):
     """A mixed batch (rows of two agents) gives each row what that agent's adapter alone gives it,
     so a row's log-probs and values never come from another agent's weights; gradients reach only
