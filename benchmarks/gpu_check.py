@@ -47,12 +47,13 @@ def main() -> None:
     import torch
 
     from ragrl.datasets import load_questions
-    from ragrl.rollout.engine import SamplingParams
-    from ragrl.rollout.episode import chat_ids, run_episodes
-    from ragrl.agents.registry import get_protocol
-    from ragrl.train.policy import build_policy
+    from ragrl.engines.base import SamplingParams
+    from ragrl.rollout.multi_turn import chat_ids, run_episodes
+    from ragrl.rollout.protocol import get_protocol
+    from ragrl.policy.lm_model import build_policy
     from ragrl.train.recipe import load_train_config, sft_warm_start
-    from ragrl.train.trainer import Trainer, default_retriever, make_train_engine
+    from ragrl.train.trainer import Trainer
+    from ragrl.train.setup import default_retriever, make_train_engine
 
     gpu = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
     if args.device != "cpu" and not torch.cuda.is_available():

@@ -29,7 +29,7 @@ def mmoa_batch(questions: int, vocab: int, seed: int = 0):
     the last 8 tokens (±) each row's action; lengths jittered ±10%."""
     import torch
 
-    from ragrl.train.batch import TrajBatch
+    from ragrl.policy.batch import TrajBatch
     g = torch.Generator().manual_seed(seed)
     lengths = []
     for _ in range(questions):
@@ -65,7 +65,7 @@ def main() -> None:
     import ragrl.train.update as update
     from ragrl.policy.lm import LMPolicy
     from ragrl.train.config import AlgoConfig, ModelConfig
-    from ragrl.train.policy import build_policy
+    from ragrl.policy.lm_model import build_policy
     from ragrl.train.rng import seed_everything
 
     seed_everything(0)

@@ -61,7 +61,7 @@ class TimedRetriever:
 
 def run_rollout(engine, protocol, retriever, questions, cfg) -> dict:
     """One `run_episodes` call over all questions; throughput and what the episodes did."""
-    from ragrl.rollout.episode import run_episodes
+    from ragrl.rollout.multi_turn import run_episodes
 
     timed = TimedRetriever(retriever)
     t0 = time.perf_counter()
@@ -116,9 +116,9 @@ def run_generate(model, tok, prompts: list[list[int]], new_tokens: int, batch_si
 
 def measure(label, model, tok, protocol, retriever, questions, cfg, batch_size) -> dict:
     """Rollout, then raw generate matched to the rollout's generated-token count."""
-    from ragrl.rollout.engine import SamplingParams
-    from ragrl.rollout.episode import prompt_ids
-    from ragrl.rollout.hf_engine import HFEngine
+    from ragrl.engines.base import SamplingParams
+    from ragrl.rollout.multi_turn import prompt_ids
+    from ragrl.engines.hf import HFEngine
 
     engine = HFEngine(model, tok, max_batch_size=batch_size)
     warm_up = [prompt_ids(tok, protocol, questions[0]["question"])]  # first-call allocations, lazy imports
@@ -182,13 +182,13 @@ def main() -> None:
 
     import torch
 
-    from ragrl.agents import get_protocol
+    from ragrl.rollout.protocol import get_protocol
     from ragrl.datasets import load_questions
-    from ragrl.models.policy import load_policy
+    from ragrl.models.lm_weights import load_policy
     from ragrl.paths import DEMO_CORPUS
     from ragrl.retrieval.index import build_index
-    from ragrl.retrieval.inprocess import make_retriever
-    from ragrl.rollout.episode import RolloutConfig
+    from ragrl.retrieval.resolve import make_retriever
+    from ragrl.rollout.multi_turn import RolloutConfig
 
     torch.set_num_threads(args.threads)
     info = machine_info(torch.get_num_threads())

@@ -86,7 +86,7 @@ def load_inputs(args):
 
 
 def rollout_config(args, case):
-    from ragrl.rollout.episode import RolloutConfig
+    from ragrl.rollout.multi_turn import RolloutConfig
 
     return RolloutConfig(n=args.n, temperature=1.0, topk=args.topk, seed=args.seed, **CASES[case])
 
@@ -144,7 +144,7 @@ def trl_rollout_func(tok, protocol, retriever, rcfg, counter: list[int]):
     """
     import torch
 
-    from ragrl.rollout.episode import build_observation
+    from ragrl.rollout.multi_turn import build_observation
 
     eos = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
 
@@ -225,8 +225,8 @@ def run_trl(args, case) -> dict:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ragrl.agents.registry import get_protocol
-    from ragrl.models.policy import load_tokenizer, resolve_policy
+    from ragrl.rollout.protocol import get_protocol
+    from ragrl.models.lm_weights import load_tokenizer, resolve_policy
     from ragrl.rewards.qa import f1_reward
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -279,8 +279,8 @@ def run_trl(args, case) -> dict:
         dataloader_num_workers=0)
     rollout = None
     if case == "multi_turn":
-        from ragrl.train.trainer import cached_bm25_index
-        from ragrl.retrieval.inprocess import make_retriever
+        from ragrl.retrieval.resolve import cached_bm25_index
+        from ragrl.retrieval.resolve import make_retriever
 
         rollout = trl_rollout_func(tok, protocol, make_retriever(str(cached_bm25_index(None))), rcfg, counter)
     n_layers = model.config.num_hidden_layers

@@ -1,5 +1,5 @@
 """Training memory per rank on 2 gloo ranks: replicated (DDP), ZeRO-1 (optimizer state
-sharded) and FSDP2 (parameters, gradients and optimizer state sharded; ragrl.train.fsdp).
+sharded) and FSDP2 (parameters, gradients and optimizer state sharded; ragrl.policy.fsdp).
 
     .venv/bin/python benchmarks/zero_memory.py            # full fine-tuning of SmolLM2-135M
 
@@ -36,8 +36,8 @@ MODES = ("replicated", "zero1", "fsdp")
 def _rank(rank: int, world: int, port: int, model: str, mode: str, out: str) -> None:
     from ragrl.train.config import ModelConfig
     from ragrl.train.distributed import init_distributed, make_optimizer, optimizer_state_bytes
-    from ragrl.train.fsdp import is_dtensor, local_nbytes, shard_params
-    from ragrl.train.policy import build_policy
+    from ragrl.policy.fsdp import is_dtensor, local_nbytes, shard_params
+    from ragrl.policy.lm_model import build_policy
 
     os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def smollm2_path():
     """The converted SmolLM2 directory (converted once per machine under ragrl_home())."""
-    from ragrl.models.policy import resolve_policy
+    from ragrl.models.lm_weights import resolve_policy
 
     return resolve_policy("smollm2-135m-instruct")
 
@@ -32,7 +32,7 @@ def tiny_model_dir(tmp_path_factory, smollm2_path):
 @pytest.fixture(scope="session")
 def smollm2_policy():
     """(model, tokenizer) of the real SmolLM2, loaded once per session (eval mode, float32, CPU)."""
-    from ragrl.models.policy import load_policy
+    from ragrl.models.lm_weights import load_policy
 
     return load_policy("smollm2-135m-instruct")
 

@@ -6,6 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from ragrl.errors import RagrlError
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_CORPUS = DATA_DIR / "corpus.jsonl.gz"
 DEMO_TRAIN = DATA_DIR / "train.jsonl.gz"
@@ -40,7 +42,6 @@ def file_lock(path: Path):
 def data_kit() -> Path:
     """The offline data kit (51k-passage corpus, its MiniLM vectors, QA sets): $RAGRL_DATA, else
     the first `shared/data` beside the working directory or this checkout (`../shared/data`)."""
-    from ragrl.errors import RagrlError
 
     env = os.environ.get("RAGRL_DATA")
     if env:
@@ -66,7 +67,6 @@ def resolve_kit(spec: str | Path) -> Path:
     spec = str(spec)
     if not spec.startswith(KIT_PREFIX):
         return Path(spec).expanduser()
-    from ragrl.errors import RagrlError
 
     path = data_kit() / spec[len(KIT_PREFIX):]
     if not path.exists():

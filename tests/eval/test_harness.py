@@ -8,16 +8,17 @@ from dataclasses import replace
 
 import pytest
 
-from ragrl.agents import baseline_answer, get_protocol
+from ragrl.eval.baselines import baseline_answer
+from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import EvalConfig, evaluate, run_system, score
 from ragrl.eval.report import recompute_summary, write_report
-from ragrl.models.policy import load_policy
-from ragrl.retrieval.inprocess import make_retriever
+from ragrl.models.lm_weights import load_policy
+from ragrl.retrieval.resolve import make_retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
-from ragrl.rollout.episode import RolloutConfig, prompt_ids
-from ragrl.rollout.hf_engine import HFEngine
+from ragrl.rollout.multi_turn import RolloutConfig, prompt_ids
+from ragrl.engines.hf import HFEngine
 
 FAST_ROLLOUT = RolloutConfig(temperature=0.0, max_turns=2, max_turn_tokens=24, max_response_tokens=96,
                              max_obs_tokens=64)

@@ -9,7 +9,7 @@ from ragrl.eval.plots import bar_chart, line_plot
 from ragrl.eval.report import (compare_report, format_table, load_trajectories, recompute_summary,
                                write_report)
 from ragrl.eval.stats import summarize
-from ragrl.rollout.engine import SamplingParams
+from ragrl.engines.base import SamplingParams
 from ragrl.rollout.trajectory import Trajectory, Turn
 
 

@@ -7,7 +7,7 @@ import torch
 
 from ragrl.models.merge import ParamVersions, merged_weights
 from ragrl.train.config import ModelConfig
-from ragrl.train.policy import build_policy
+from ragrl.policy.lm_model import build_policy
 
 
 @pytest.fixture()
@@ -22,7 +22,7 @@ def lora_model(tiny_model_dir):
 
 
 def test_merged_weights_equal_peft_merge_under_the_base_names_and_leave_the_model_alone(lora_model, tiny_model_dir):
-    from ragrl.models.policy import load_policy
+    from ragrl.models.lm_weights import load_policy
 
     before = {n: t.clone() for n, t in lora_model.state_dict().items()}
     merged = dict(merged_weights(lora_model))
@@ -39,7 +39,7 @@ def test_merged_weights_equal_peft_merge_under_the_base_names_and_leave_the_mode
 
 
 def test_merged_weights_of_a_plain_model_are_its_state_dict(tiny_model_dir):
-    from ragrl.models.policy import load_policy
+    from ragrl.models.lm_weights import load_policy
 
     model, _ = load_policy(str(tiny_model_dir))
     assert [n for n, _ in merged_weights(model)] == list(model.state_dict())

@@ -8,7 +8,8 @@ import pytest
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.client import AsyncRetrievalClient, RetrievalClient, RetrievalHTTPError, split_contents
-from ragrl.retrieval.inprocess import InProcessRetriever, make_retriever
+from ragrl.retrieval.inprocess import InProcessRetriever
+from ragrl.retrieval.resolve import make_retriever
 from ragrl.retrieval.server import ServerSettings, ServerThread, create_app
 from tests.retrieval.serving import Counting, Flaky, demo_questions
 

@@ -1,9 +1,11 @@
 """Rewards: hand-computed metrics, rewards on strings and Trajectories, combination, schedules."""
 import pytest
 
-from ragrl.agents import R1SearcherProtocol, SearchR1Protocol
+from ragrl.methods.r1_searcher import R1SearcherProtocol
+from ragrl.methods.search_r1 import SearchR1Protocol, search_r1_format_reward
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.retrieval.base import Hit
+from ragrl.methods.r1_searcher import r1_searcher_stage1_reward, r1_searcher_stage2_reward
 from ragrl.rewards import (
     REWARDS,
     RewardSchedule,
@@ -19,13 +21,10 @@ from ragrl.rewards import (
     gold_recall_reward,
     make_reward,
     normalize_answer,
-    r1_searcher_stage1_reward,
-    r1_searcher_stage2_reward,
     retrieval_reward,
     reward_breakdown,
     search_cost_reward,
     search_count,
-    search_r1_format_reward,
 )
 from ragrl.rollout.trajectory import Trajectory, Turn
 
@@ -193,7 +192,7 @@ def test_make_reward_weights_and_options():
 
 
 def test_make_reward_errors_are_clear():
-    with pytest.raises(ConfigError, match="unknown reward 'exact'; known rewards: .*em.*f1"):
+    with pytest.raises(ConfigError, match="unknown reward 'exact'.*known: .*em.*f1"):
         make_reward({"exact": 1.0})
     with pytest.raises(ConfigError, match="reward 'search_cost': unknown option\\(s\\) \\['price'\\]"):
         make_reward({"search_cost": {"price": 0.1}})
@@ -243,8 +242,8 @@ def test_schedule_validation():
 def test_a_new_protocol_gets_the_search_rewards_without_a_change_in_rewards():
     """Rewards ask the protocol to count searches and to tell a protocol response from a plain
     reply; they never test its Python type (a protocol defined here, after the rewards)."""
-    from ragrl.agents.base import Action, Protocol
-    class Bracket(Protocol):
+    from ragrl.rollout.protocol import Action, TextProtocol
+    class Bracket(TextProtocol):
         name = "bracket"
 
         def count_searches(self, response):

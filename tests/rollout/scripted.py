@@ -4,8 +4,8 @@ token-level invariants every trajectory must satisfy.
 """
 from __future__ import annotations
 
-from ragrl.rollout.engine import Generation, SamplingParams
-from ragrl.rollout.episode import prompt_ids
+from ragrl.engines.base import Generation, SamplingParams
+from ragrl.rollout.multi_turn import prompt_ids
 
 
 class ScriptedEngine:

@@ -120,7 +120,7 @@ def test_every_numeric_setting_has_a_range_or_is_left_out_on_purpose():
 
 def test_every_shipped_recipe_and_variant_is_within_the_ranges():
     """The ranges must not refuse a recipe ragrl ships (a range too tight would be a bug of its own)."""
-    from ragrl.config import read_recipe
+    from ragrl.yaml_config import read_recipe
     from ragrl.train.check import RANGES, check_ranges
     from ragrl.train.recipe import resolve_recipe
 
@@ -134,7 +134,7 @@ def test_every_shipped_recipe_and_variant_is_within_the_ranges():
 
 
 def test_an_engine_that_cannot_run_here_is_refused_naming_what_is_missing(tmp_path, monkeypatch):
-    from ragrl.rollout.vllm_engine import vllm_available
+    from ragrl.engines.vllm import vllm_available
     from ragrl.train import setup
     from ragrl.train.trainer import Trainer
 
@@ -207,7 +207,7 @@ def test_check_flag_validates_and_trains_nothing(tmp_path, demo_bm25_dir):
                                               ("sft.lr=-1e-4", "sft.lr must be > 0, got -0.0001")])
 def test_ragrl_sft_refuses_a_number_out_of_range_before_loading_the_model(override, message, monkeypatch, capsys):
     from ragrl.cli.main import main
-    from ragrl.train import policy
+    from ragrl.policy import lm_model as policy
 
     monkeypatch.setattr(policy, "build_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     monkeypatch.setattr(sys, "argv", ["ragrl", "sft", "search_r1_grpo", "--variant", "tiny", "--set", "sft.steps=2",

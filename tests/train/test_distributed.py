@@ -125,7 +125,7 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
     """`accelerate launch` runs `ragrl train` unchanged. With --use_fsdp the parameters are
     sharded (FSDP2), with --use_deepspeed the optimizer state (ZeRO-1); either way the checkpoint
     holds the whole state, and --resume goes on from it."""
-    from tests.train.test_resume import write_jsonl
+    from tests.train.test_trainer_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.train.run_dir import read_metrics
 

@@ -4,15 +4,16 @@ import random
 import pytest
 import torch
 
-from ragrl.agents.registry import get_protocol
+from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.paths import DEMO_CORPUS
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import load_corpus
-from ragrl.retrieval.inprocess import make_retriever
-from ragrl.rollout.episode import RolloutConfig
-from ragrl.train.recipe import answer_visible
-from ragrl.train.sft import READ_THOUGHT, _with_gold, run_sft, synth_trajectory
+from ragrl.retrieval.resolve import make_retriever
+from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.methods.synthetic import answer_visible
+from ragrl.methods.synthetic import READ_THOUGHT, _with_gold, synth_trajectory
+from ragrl.train.sft import run_sft
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_synthesised_episode_layout(smollm2_policy, demo_bm25_dir, passages, age
 
 @pytest.mark.parametrize("agent", ["search_r1", "r1_searcher", "rag_r1"])
 def test_direct_episode_answers_at_once_and_parses(smollm2_policy, agent):
-    from ragrl.train.sft import direct_trajectory
+    from ragrl.methods.synthetic import direct_trajectory
 
     _, tok = smollm2_policy
     protocol = get_protocol(agent)
@@ -121,7 +122,7 @@ def test_answer_visible_filter(smollm2_policy, demo_bm25_dir, passages):
 
 
 def test_run_sft_lowers_the_masked_nll_on_the_tiny_model(tiny_model_dir, demo_bm25_dir, passages):
-    from ragrl.models.policy import load_policy
+    from ragrl.models.lm_weights import load_policy
 
     model, tok = load_policy(str(tiny_model_dir))   # full fine-tuning of the 3M-parameter model
     protocol = get_protocol("search_r1")

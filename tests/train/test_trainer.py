@@ -8,9 +8,9 @@ import torch
 from ragrl.policy.lm import LMPolicy
 from ragrl.algos.losses import ppo_policy_loss, value_loss
 from ragrl.rollout.trajectory import Trajectory
-from ragrl.train.batch import TrajBatch, collate
+from ragrl.policy.batch import TrajBatch, collate
 from ragrl.train.config import AlgoConfig, ModelConfig
-from ragrl.train.policy import build_policy, forward_actions
+from ragrl.policy.lm_model import build_policy, forward_actions
 from ragrl.train.rng import seed_everything
 from ragrl.train.trainer import step_questions
 from ragrl.train.update import Prepared, ppo_update, prepare
@@ -231,7 +231,7 @@ def test_unknown_dtype_is_a_config_error(tiny_model_dir):
 
 
 def test_auto_dtype_is_bfloat16_only_where_the_hardware_has_it():
-    from ragrl.train.policy import _cpu_has_native_bf16, torch_dtype
+    from ragrl.policy.lm_model import _cpu_has_native_bf16, torch_dtype
 
     native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else _cpu_has_native_bf16()
     assert torch_dtype("auto") == (torch.bfloat16 if native else torch.float32)
@@ -247,7 +247,7 @@ def tiny_trainer_config(tiny_model_dir, tmp_path, *overrides):
 
 def tiny_sets(tiny_model_dir, tmp_path) -> list[str]:
     """Write tiny_trainer_config's data files under tmp_path; return its --set overrides, which name them."""
-    from tests.train.test_resume import write_jsonl
+    from tests.train.test_trainer_resume import write_jsonl
     from ragrl.datasets import load_questions
     from ragrl.paths import DEMO_CORPUS
     from ragrl.retrieval.corpus import load_corpus

@@ -15,7 +15,6 @@ import torch
 
 from ragrl.algos.masked import AlgoInputError, check_same_shape, masked_whiten
 
-
 # --------------------------------------------------------------------------- helpers
 
 def _check_mask(mask: torch.Tensor) -> torch.Tensor:

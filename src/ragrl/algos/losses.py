@@ -136,7 +136,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def masked_entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per-token entropy on action tokens, 0 elsewhere: logits [B, T, V], mask [B, T] → [B, T].
-    (ragrl.train.logprobs.action_logprobs computes it at action positions only, cheaper.)"""
+    (ragrl.policy.logprobs.action_logprobs computes it at action positions only, cheaper.)"""
     if logits.shape[:-1] != mask.shape:
         raise AlgoInputError(f"logits {tuple(logits.shape)} do not match mask {tuple(mask.shape)} + [V]")
     entropy = entropy_from_logits(logits)

@@ -1,16 +1,19 @@
 """`ragrl eval`: run an agent and the baselines on the same questions; write a report."""
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.progress import Progress
 
 
 def _from_run(run: Path):
     """The resolved TrainConfig a run wrote (its config.yaml), checked like a recipe."""
-    from ragrl.config import load_config
-    from ragrl.train.config import TrainConfig
+    from ragrl.train.config import TrainConfig  # late: keeps `ragrl --help` instant
+    from ragrl.yaml_config import load_config  # late: keeps `ragrl --help` instant
 
     if not (run / "config.yaml").is_file():
         raise typer.BadParameter(f"{run} has no config.yaml: not a ragrl training run directory", param_hint="--run")
@@ -29,9 +32,9 @@ def _with_query_encoder(retriever, query_encoder):
     """The retriever with a trained query encoder on its dense side (deterministic top-k)."""
     if query_encoder is None:
         return retriever
-    from ragrl.errors import ConfigError
-    from ragrl.models.query_encoder import QueryEncoder
-    from ragrl.retrieval.stochastic import StochasticRetriever
+    from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
+    from ragrl.models.query_encoder import QueryEncoder  # late: keeps `ragrl --help` instant
+    from ragrl.retrieval.stochastic import StochasticRetriever  # late: keeps `ragrl --help` instant
 
     backend = getattr(getattr(retriever, "index", None), "backend", None)
     dense = getattr(backend, "dense", backend)
@@ -47,7 +50,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="the HTML file [default: RUN_DIR/view.html]"),
     ) -> None:
         """Write one self-contained HTML page to browse the directory's trajectories and curves."""
-        from ragrl.eval.viewer import write_view
+        from ragrl.eval.viewer import write_view  # late: keeps `ragrl --help` instant
 
         typer.echo(f"wrote {write_view(run_dir, out)}")
 
@@ -73,19 +76,17 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:
         """Evaluate with greedy decoding; writes report.md/json, trajectories_*.jsonl and a bar chart."""
-        from dataclasses import replace
 
-        from ragrl.datasets import load_questions
-        from ragrl.eval.harness import SYSTEMS, EvalConfig, evaluate
-        from ragrl.eval.plots import bar_chart
-        from ragrl.eval.report import format_table, write_report
-        from ragrl.eval.stats import summarize
-        from ragrl.models.policy import load_policy
-        from ragrl.retrieval.inprocess import make_retriever
-        from ragrl.train.config import TrainConfig
-        from ragrl.train.trainer import default_retriever
-
-        from ragrl.rollout.episode import RolloutConfig
+        from ragrl.datasets import load_questions  # late: keeps `ragrl --help` instant
+        from ragrl.eval.harness import SYSTEMS, EvalConfig, evaluate  # late: keeps `ragrl --help` instant
+        from ragrl.eval.plots import bar_chart  # late: keeps `ragrl --help` instant
+        from ragrl.eval.report import format_table, write_report  # late: keeps `ragrl --help` instant
+        from ragrl.eval.stats import summarize  # late: keeps `ragrl --help` instant
+        from ragrl.models.lm_weights import load_policy  # late: keeps `ragrl --help` instant
+        from ragrl.retrieval.resolve import make_retriever  # late: keeps `ragrl --help` instant
+        from ragrl.rollout.multi_turn import RolloutConfig  # late: keeps `ragrl --help` instant
+        from ragrl.train.config import TrainConfig  # late: keeps `ragrl --help` instant
+        from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
         trained = _from_run(run) if run is not None else None
         rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
@@ -97,10 +98,10 @@ def register(app: typer.Typer) -> None:
             if index is None and trained.data.index:
                 index = trained.data.index
             if index is None and trained.policy == "retriever":
-                from ragrl.train.setup import cached_dense_index
+                from ragrl.methods.harr.setup import cached_dense_index  # late: keeps `ragrl --help` instant
                 index = str(cached_dense_index(trained.data.corpus, trained.data.vectors, trained.retriever.encoder))
             if index is None and trained.data.corpus:
-                from ragrl.train.trainer import cached_bm25_index
+                from ragrl.retrieval.resolve import cached_bm25_index  # late: keeps `ragrl --help` instant
                 index = str(cached_bm25_index(trained.data.corpus))
         topk = topk or rollout.topk or 3
         rollout = replace(rollout, topk=topk, max_turns=max_turns or (rollout.max_turns if trained else 4))
@@ -114,9 +115,9 @@ def register(app: typer.Typer) -> None:
         if query_encoder is not None and not (query_encoder / "modules.json").is_file():
             raise typer.BadParameter(f"{query_encoder} is not a sentence-transformers folder (no modules.json)",
                                      param_hint="--query-encoder")
-        from ragrl.errors import ConfigError
-        from ragrl.rollout.engines import make_engine, require_engine
-        from ragrl.train.policy import resolve_device
+        from ragrl.engines.registry import make_engine, require_engine  # late: keeps `ragrl --help` instant
+        from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
+        from ragrl.policy.lm_model import resolve_device  # late: keeps `ragrl --help` instant
 
         engine_kind = engine_kind or (trained.model.engine if trained else "hf")
         try:   # before any work
@@ -135,7 +136,7 @@ def register(app: typer.Typer) -> None:
         if query_encoder is not None or want_retrieval:
             retriever, base_retriever = _with_query_encoder(retriever, query_encoder), retriever
         if want_retrieval:
-            from ragrl.eval.retrieval import compare_retrievers, format_comparison
+            from ragrl.eval.retrieval import compare_retrievers, format_comparison  # late: keeps `ragrl --help` instant
 
             searches = {"index encoder": base_retriever.search}
             if query_encoder is not None:
@@ -144,8 +145,7 @@ def register(app: typer.Typer) -> None:
             out.mkdir(parents=True, exist_ok=True)
             table = format_comparison(comp, list(searches), "index encoder", f"retrieval on {data}")
             (out / "retrieval.md").write_text(table)
-            import json as _json
-            (out / "retrieval.json").write_text(_json.dumps(
+            (out / "retrieval.json").write_text(json.dumps(
                 {**comp, "settings": {"index": index, "query_encoder": str(query_encoder) if query_encoder else None,
                                       "data_file": data, "n": len(samples), "k": topk}}, indent=1))
             typer.echo(table)
@@ -153,13 +153,13 @@ def register(app: typer.Typer) -> None:
                 return
         lm, tok = load_policy(model, device=torch_device)
         if adapter is not None:   # one shared LoRA adapter, or one per agent (MMOA-RAG per_agent)
-            from ragrl.models.agent_adapters import load_adapters
+            from ragrl.models.agent_adapters import load_adapters  # late: keeps `ragrl --help` instant
 
             lm = load_adapters(lm, adapter)
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size)
         if search_threshold is not None:
-            from ragrl.agents.registry import get_protocol
-            from ragrl.rollout.decision_engine import ThresholdDecisionEngine
+            from ragrl.methods.smartrag.threshold_engine import ThresholdDecisionEngine  # late: as above
+            from ragrl.rollout.protocol import get_protocol  # late: keeps `ragrl --help` instant
 
             proto = get_protocol(agent)
             if getattr(proto, "think", True) is not None:
@@ -169,7 +169,6 @@ def register(app: typer.Typer) -> None:
             agent_engine = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], search_threshold)
         cfg = EvalConfig(agent=agent, systems=chosen, n=len(samples), batch_size=batch_size, topk=topk, seed=seed)
         cfg.rollout = rollout
-        from rich.progress import Progress
 
         with Progress() as bar:
             tasks: dict[str, int] = {}

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from ragrl.paths import DEMO_CORPUS
 
@@ -39,10 +41,8 @@ def search(
     k: int = typer.Option(5, "-k", "--top-k", min=1, help="Number of hits."),
 ) -> None:
     """Print the top-k passages for a query."""
-    from rich.console import Console
-    from rich.table import Table
 
-    from ragrl.retrieval.index import load_index
+    from ragrl.retrieval.index import load_index  # late: keeps `ragrl --help` instant
 
     hits = load_index(index).search([query], k)[0]
     table = Table(title=f"{len(hits)} hits for {query!r}")

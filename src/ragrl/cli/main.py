@@ -17,7 +17,7 @@ app = typer.Typer(
 )
 
 # Each module adds its commands to `app` (kept in separate files so each reads top to bottom).
-from ragrl.cli import index_cmd, serve_cmd, eval_cmd, train_cmd  # noqa: E402
+from ragrl.cli import eval_cmd, index_cmd, serve_cmd, train_cmd  # noqa: E402
 
 for _mod in (index_cmd, serve_cmd, eval_cmd, train_cmd):
     _mod.register(app)
@@ -26,6 +26,8 @@ for _mod in (index_cmd, serve_cmd, eval_cmd, train_cmd):
 def main() -> None:
     """Entry point that turns user-fixable errors into one clear line (exit code 2)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # faiss announces its CPU kernels (AVX2/AVX512) at INFO on import: library chatter, not ragrl's.
+    logging.getLogger("faiss").setLevel(logging.WARNING)
     try:
         app(standalone_mode=False)
     except RagrlError as e:

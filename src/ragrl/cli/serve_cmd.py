@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import typer
@@ -24,14 +25,13 @@ def register(app: typer.Typer) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log one line per request."),
     ) -> None:
         """Serve INDEX at http://HOST:PORT/retrieve (Search-R1 compatible) and /health."""
-        from ragrl.retrieval.server import serve
+        from ragrl.retrieval.server import serve  # late: training never loads the web stack (fastapi, uvicorn)
 
         if verbose:
             logging.getLogger("ragrl.retrieval.server").setLevel(logging.DEBUG)
 
         def ready(url: str) -> None:
             typer.echo(f"ragrl retrieval server ready at {url}  (POST {url}/retrieve, GET {url}/health)")
-            import sys
 
             sys.stdout.flush()  # tests and scripts wait for this line on a pipe
 

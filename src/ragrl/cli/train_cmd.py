@@ -1,16 +1,21 @@
-"""`ragrl train`, `ragrl sft` and `ragrl quickstart`: thin layers over ragrl.train."""
+"""`ragrl train`, `ragrl sft` and `ragrl quickstart`: thin layers over ragrl.train.
+
+The library is imported inside each command, not at the top: it loads torch and transformers
+(~8 s), which `ragrl --help` and a mistyped command should not wait for."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.progress import Progress
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        recipe: str = typer.Argument(..., help="recipe file or bundled name, e.g. search_r1_grpo"),
+        recipe: Optional[str] = typer.Argument(None, help="recipe file or bundled name, e.g. search_r1_grpo"),
+        list_: bool = typer.Option(False, "--list", help="list the shipped recipes, their methods and variants"),
         variant: Optional[str] = typer.Option(None, "--variant", "-v", help="recipe variant, e.g. tiny"),
         set_: list[str] = typer.Option([], "--set", help="override: key.sub=value (repeatable)"),
         resume: bool = typer.Option(False, "--resume", help="continue from <out_dir>/checkpoints/latest"),
@@ -22,11 +27,19 @@ def register(app: typer.Typer) -> None:
                                            "final adapter as at its last step (0: no bound, the recipe's steps)"),
     ) -> None:
         """Train an agent with RL (optionally after an SFT warm start, as the recipe says)."""
-        from ragrl.train.recipe import load_train_config, run_recipe
+        from ragrl.train.recipe import load_train_config, recipe_listing, run_recipe  # late: see the module docstring
+
+        if list_:
+            for row in recipe_listing():
+                variants = ", ".join(row["variants"]) or "-"
+                typer.echo(f"{row['recipe']:<20} {row['method']:<12} variants: {variants:<32} {row['paper']}")
+            return
+        if recipe is None:
+            raise typer.BadParameter("name a recipe (ragrl train --list shows them)", param_hint="RECIPE")
 
         cfg = load_train_config(recipe, set_, variant)
         if check:
-            from ragrl.train.check import check_everything
+            from ragrl.train.check import check_everything  # late: keeps `ragrl --help` instant
 
             for line in check_everything(cfg):
                 typer.echo(f"ok  {line}")
@@ -42,17 +55,16 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/sft"), "--out", help="writes <out>/adapter"),
     ) -> None:
         """SFT warm start on synthesised search episodes (train split); writes a LoRA adapter."""
-        from ragrl.train.policy import build_policy
-        from ragrl.train.check import check_ranges
-        from ragrl.train.recipe import load_train_config, sft_warm_start
-        from ragrl.train.trainer import default_retriever
+        from ragrl.policy.lm_model import build_policy  # late: keeps `ragrl --help` instant
+        from ragrl.train.check import check_ranges  # late: keeps `ragrl --help` instant
+        from ragrl.train.recipe import load_train_config, sft_warm_start  # late: keeps `ragrl --help` instant
+        from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
         cfg = load_train_config(recipe, set_, variant)
         check_ranges(cfg)   # sft.batch_size=0 or sft.lr=0 fails here, before the model loads
         if cfg.sft.steps <= 0:
             raise typer.BadParameter("sft.steps is 0 in this recipe; pass --set sft.steps=N")
         model, tok, _ = build_policy(cfg.model)
-        from rich.progress import Progress
 
         with Progress(transient=True) as bar:   # SFT runs for minutes on a CPU: show the step and loss
             task = bar.add_task("SFT", total=cfg.sft.steps)
@@ -76,10 +88,10 @@ def register(app: typer.Typer) -> None:
         if job not in ("retriever", "agent"):
             raise typer.BadParameter(f"{job!r} is not one of retriever, agent", param_hint="--job")
         if job == "retriever":
-            from ragrl.quickstart_retriever import run_retriever_quickstart
+            from ragrl.quickstart.retriever_job import run_retriever_quickstart  # late: keeps `ragrl --help` instant
 
             run_retriever_quickstart(str(out), set_, minutes=minutes or None)
         else:
-            from ragrl.quickstart import run_quickstart
+            from ragrl.quickstart.agent_job import run_quickstart  # late: keeps `ragrl --help` instant
 
             run_quickstart(str(out), set_, minutes=minutes or None)

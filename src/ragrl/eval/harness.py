@@ -14,13 +14,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ragrl.agents.baselines import baseline_answer, direct_messages, naive_rag_messages
-from ragrl.agents.registry import get_protocol
+from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError
+from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
+from ragrl.eval.stats import summarize
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
-from ragrl.rollout.engine import Engine, SamplingParams
-from ragrl.rollout.episode import TRAINING_ONLY, RolloutConfig, chat_ids, run_episodes
+from ragrl.rollout.multi_turn import TRAINING_ONLY, RolloutConfig, chat_ids
+from ragrl.rollout.protocol import default_text_protocol, get_protocol
+from ragrl.rollout.runners import answering, run_agent
 from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import Trajectory, Turn
 
@@ -29,7 +31,7 @@ SYSTEMS = ("direct", "naive_rag", "agent")
 
 @dataclass
 class EvalConfig:
-    agent: str = "search_r1"
+    agent: str = field(default_factory=default_text_protocol)   # a protocol name
     systems: list[str] = field(default_factory=lambda: ["direct", "naive_rag", "agent"])
     n: int = 200                      # questions (the first n of the file, in file order)
     batch_size: int = 32
@@ -88,8 +90,6 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
         msgs = [naive_rag_messages(s["question"], hs) for s, hs in zip(samples, short)]
         return run_single_turn(engine, samples, msgs, cfg, [[h.id for h in hs] for hs in hits])
     if system == "agent":
-        from ragrl.rollout.runners import answering, run_agent
-
         protocol = get_protocol(cfg.agent)
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
         rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **TRAINING_ONLY)
@@ -123,3 +123,23 @@ def evaluate(engine: Engine, retriever: Retriever | None, samples: list[dict], c
         name = cfg.agent if system == "agent" else system
         results[name] = {"trajectories": trajs, "wall_s": time.perf_counter() - t0}
     return results
+
+
+def agent_metrics(engine: Engine, retriever: Retriever | None, agent: str, rollout: RolloutConfig,
+                  samples: list[dict], seed: int, per_question: bool = False,
+                  extra_metrics: Callable[[list], dict] | None = None) -> dict:
+    """Greedy held-out metrics of an agent (what training's periodic evaluation logs): EM, F1 and
+    cover-EM in percent with 95% CIs, searches and format errors per question, and whatever
+    `extra_metrics(trajectories)` adds (a method's own, e.g. MMOA-RAG's selector F1)."""
+    ecfg = EvalConfig(agent=agent, systems=["agent"], n=len(samples), seed=seed, topk=rollout.topk,
+                      rollout=replace(rollout, temperature=0.0, n=1))
+    res = evaluate(engine, retriever, samples, ecfg)[agent]
+    s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
+    out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
+           for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
+    out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
+    if extra_metrics is not None and res["trajectories"]:
+        out.update(extra_metrics(res["trajectories"]))
+    if per_question:
+        out["per_question"] = s["per_question"]
+    return out

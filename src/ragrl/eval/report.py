@@ -13,10 +13,20 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 import ragrl
 from ragrl.errors import RagrlError
-from ragrl.eval.stats import (METRIC_TITLES, QA_METRICS, format_p, paired_diffs, per_question_scores, summarize,
-                              summary_of)
+from ragrl.eval.stats import (
+    METRIC_TITLES,
+    QA_METRICS,
+    format_p,
+    paired_diffs,
+    per_question_scores,
+    summarize,
+    summary_of,
+)
 from ragrl.rollout.trajectory import Trajectory
 
 TABLE_HEADER = ["system", "EM [95% CI]", "F1 [95% CI]", "cover-EM [95% CI]",
@@ -92,8 +102,6 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def format_table(results: dict[str, dict]) -> str:
     """A terminal table (rich) of each system's summary (results as for write_report, or summaries)."""
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title="ragrl eval")
     for i, name in enumerate(TABLE_HEADER):

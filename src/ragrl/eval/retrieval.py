@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 import time
 
-from ragrl.eval.stats import bootstrap_ci, format_p
+from ragrl.datasets import load_questions, with_heuristic_gold
+from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
 from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
 
 # The held-out multi-hop sets whose evidence passages are in the data kit's corpus. 2Wiki's
@@ -24,7 +25,6 @@ HELD_OUT_SETS = {"hotpotqa_dev": "kit:eval/hotpotqa_dev.jsonl.gz", "musique_dev"
 def load_held_out(sets: dict[str, str] | None = None) -> dict[str, list[dict]]:
     """{name: questions} of `sets` (default HELD_OUT_SETS), heuristic evidence as gold where the
     rows have no gold passages."""
-    from ragrl.datasets import load_questions, with_heuristic_gold
 
     return {name: with_heuristic_gold(load_questions(path)) for name, path in (sets or HELD_OUT_SETS).items()}
 
@@ -89,7 +89,6 @@ def paired_rows(base: dict, new: dict, keys: tuple[str, ...] = ("recall", "answe
     >>> paired["f1"]["diff"], changed["f1"]
     (50.0, {'gained': 1, 'lost': 0})
     """
-    from ragrl.eval.stats import paired_bootstrap_diff
 
     paired, changed = {}, {}
     for key in keys:

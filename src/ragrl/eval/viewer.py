@@ -17,6 +17,7 @@ import html
 import json
 from pathlib import Path
 
+from ragrl.datasets import load_questions
 from ragrl.errors import RagrlError
 from ragrl.jsonl import iter_json_objects
 
@@ -58,7 +59,6 @@ def collect(run_dir: str | Path) -> dict:
         data_file = json.loads(report.read_text()).get("settings", {}).get("data_file")
         if data_file:
             try:
-                from ragrl.datasets import load_questions
                 gold_ids = {str(q["id"]): q.get("gold_passage_ids") or [] for q in load_questions(data_file)}
             except RagrlError:
                 gold_ids = {}   # the data file moved: the page shows no gold highlighting

@@ -28,7 +28,7 @@ TRAINABLE = "ragrl_trainable_adapters"      # model attribute: adapter names tha
 def make_agent_adapters(model: nn.Module, agents: list[str], trainable: set[str] | None = None) -> dict[str, str]:
     """Add one adapter per agent (named after it), each a copy of the active adapter; return the map.
     `trainable`: the agents whose adapters train (default all)."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict  # late: peft takes ~3 s to import
 
     if not hasattr(model, "peft_config"):
         raise ValueError("per-agent adapters need a LoRA (peft) model")
@@ -71,7 +71,7 @@ def activate_agent(model: nn.Module | None, agent: str | None) -> None:
 def load_adapters(base: nn.Module, adapter_dir: str | Path) -> nn.Module:
     """A peft model over `base` holding what `adapter_dir` holds: one shared adapter, or one per
     agent (then it switches by agent, as in training). Nothing trains."""
-    from peft import PeftModel
+    from peft import PeftModel  # late: peft takes ~3 s to import
 
     d = Path(adapter_dir)
     agents = _agent_dirs(d)

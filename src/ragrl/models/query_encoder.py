@@ -13,7 +13,9 @@ differ from the ones recorded at sampling time (PPO's ratio would not start at 1
 """
 from __future__ import annotations
 
+import copy
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ import torch
 from torch import nn
 
 from ragrl.errors import ModelError
+from ragrl.models.embedder import resolve_embedder
 
 log = logging.getLogger("ragrl.models")
 
@@ -31,10 +34,9 @@ DEFAULT_LORA_TARGETS = ("query", "key", "value", "dense")
 class QueryEncoder(nn.Module):
     def __init__(self, name: str, *, lora: bool = False, lora_r: int = 8, lora_alpha: int = 16,
                  lora_targets: tuple[str, ...] | list[str] = DEFAULT_LORA_TARGETS, max_length: int = 256):
+        from peft import LoraConfig, get_peft_model  # late: peft takes ~3 s to import
         super().__init__()
-        from sentence_transformers import SentenceTransformer
-
-        from ragrl.models.embedder import resolve_embedder
+        from sentence_transformers import SentenceTransformer  # late: heavy (~2 s); only dense retrieval needs it
 
         try:
             self.st = SentenceTransformer(resolve_embedder(name), device="cpu")
@@ -44,8 +46,6 @@ class QueryEncoder(nn.Module):
         self.st.max_seq_length = max_length
         self.lora = lora
         if lora:
-            from peft import LoraConfig, get_peft_model
-
             cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=list(lora_targets), lora_dropout=0.0)
             # peft injects the LoRA layers into the transformer in place, so the sentence-transformers
             # module keeps running (and holding) them. The wrapper is kept out of the module tree:
@@ -83,8 +83,6 @@ class QueryEncoder(nn.Module):
     def save_encoder(self, out_dir: str | Path) -> Path:
         """Write a plain sentence-transformers folder (LoRA merged): `ragrl eval --query-encoder`
         and `SentenceTransformer(out_dir)` load it with nothing from ragrl."""
-        import copy
-        import shutil
 
         out_dir = Path(out_dir)
         tmp = out_dir.parent / f".tmp_{out_dir.name}"

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import transformers  # transformers.LlamaForCausalLM: the model code loads on first use, not on import
 
-from ragrl.models.policy import SMOLLM2, load_tokenizer
+from ragrl.models.lm_weights import SMOLLM2, load_tokenizer
 
 
 def make_tiny_model(
@@ -20,10 +21,9 @@ def make_tiny_model(
 
     With `out_dir`, model and tokenizer are also saved there, so `load_policy(out_dir)` works.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = load_tokenizer(SMOLLM2)
-    config = LlamaConfig(
+    config = transformers.LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=4 * hidden,
@@ -40,7 +40,7 @@ def make_tiny_model(
     # torch RNG state is left exactly as it was.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = transformers.LlamaForCausalLM(config)
     model.eval()
     if out_dir is not None:
         out_dir = Path(out_dir)

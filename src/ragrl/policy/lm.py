@@ -1,7 +1,7 @@
 """A causal LM as a Policy: actions are the tokens it generated (Search-R1, R1-Searcher, ...).
 
-A thin adapter over `ragrl.train.policy` (model loading, LoRA, the frozen KL reference, the
-one-pass `forward_actions`) and `ragrl.train.batch.collate` (token-level [B, L] batches).
+A thin adapter over `ragrl.policy.lm_model` (model loading, LoRA, the frozen KL reference, the
+one-pass `forward_actions`) and `ragrl.policy.batch.collate` (token-level [B, L] batches).
 
 With `agents` (MMOA-RAG's per-agent adapters, ragrl.models.agent_adapters), a batch's rows run
 under their own agent's adapter: one forward per agent present, results put back in row order."""
@@ -14,8 +14,8 @@ from torch import nn
 
 from ragrl.models.agent_adapters import activate_agent, agent_adapter_map
 from ragrl.policy.base import ValueHeadPolicy
-from ragrl.train.batch import TrajBatch, collate
-from ragrl.train.policy import ValueHead, forward_actions, reference_context
+from ragrl.policy.batch import TrajBatch, collate
+from ragrl.policy.lm_model import ValueHead, forward_actions, reference_context
 
 
 class LMPolicy(ValueHeadPolicy):

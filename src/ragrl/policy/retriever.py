@@ -13,13 +13,12 @@ import copy
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from ragrl.algos.plackett_luce import pl_log_prob
 from ragrl.errors import RagrlError
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.base import ValueHeadPolicy
-from ragrl.train.policy import ValueHead
+from ragrl.policy.lm_model import ValueHead
 
 
 @dataclass
@@ -71,6 +70,11 @@ def collate_retrievals(trajs: list) -> RetrievalBatch:
     if texts and (len({len(r) for r in rows}) > 1 or len({len(p) for p in picks}) > 1):
         raise RagrlError("retrieval actions in one batch must share pool size and k")
     A = len(texts)
+    if A == 0:   # no search in the whole step (a frozen generator that answered at once)
+        return RetrievalBatch(mask, old, torch.tensor([t.reward for t in trajs], dtype=torch.float32),
+                              torch.tensor([t.group for t in trajs], dtype=torch.long), [],
+                              torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, 0, dtype=torch.long),
+                              torch.zeros(0, 2, dtype=torch.long))
     return RetrievalBatch(
         mask, old, torch.tensor([t.reward for t in trajs], dtype=torch.float32),
         torch.tensor([t.group for t in trajs], dtype=torch.long), texts,

@@ -34,3 +34,13 @@ class Retriever(Protocol):
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Return, for each query in order, its top-k hits sorted by descending score."""
         ...
+
+
+@runtime_checkable
+class DocumentSampler(Protocol):
+    """A retriever that is the policy (HARR): it *draws* each query's documents, and records the
+    draw as a retrieval action that the update can score."""
+
+    def sample(self, requests: list, k: int, generator=None) -> list[tuple[list[Hit], object]]:
+        """For each request, (the drawn hits, the retrieval action or None)."""
+        ...

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from rich.progress import track
 
 from ragrl.errors import IndexMismatchError, RagrlError
 from ragrl.models.embedder import load_embedder
@@ -37,8 +38,6 @@ def encode(model, texts: list[str], batch_size: int = 64, progress: bool = False
     out = np.empty((len(texts), dim), dtype=np.float32)
     starts = range(0, len(texts), batch_size)
     if progress:
-        from rich.progress import track
-
         starts = track(starts, description=f"encoding {len(texts)} {what}", total=len(starts))
     for start in starts:
         batch = texts[start : start + batch_size]

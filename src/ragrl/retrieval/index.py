@@ -21,9 +21,13 @@ from pathlib import Path
 
 import ragrl
 from ragrl.errors import IndexMismatchError, RagrlError
+from ragrl.models.embedder import canonical_embedder_name
+from ragrl.paths import file_lock
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.bm25 import BM25Index
 from ragrl.retrieval.corpus import Corpus, file_sha256, load_corpus
+from ragrl.retrieval.dense import DenseIndex, check_vectors, load_vectors
+from ragrl.retrieval.hybrid import HybridIndex
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -94,8 +98,6 @@ def build_index(
         raise RagrlError("--vectors is for dense and hybrid indexes; a bm25 index has no vectors")
     precomputed = None
     if vectors is not None:
-        from ragrl.retrieval.dense import check_vectors, load_vectors
-
         precomputed = load_vectors(vectors)
         check_vectors(precomputed, corpus, encoder, source=str(vectors))
     out_dir = Path(out_dir).expanduser().absolute()
@@ -114,9 +116,6 @@ def build_index(
         if kind == "bm25":
             BM25Index.build(corpus, k1=params["k1"], b=params["b"], progress=progress).save(tmp / "bm25")
         else:
-            from ragrl.models.embedder import canonical_embedder_name
-            from ragrl.retrieval.dense import DenseIndex
-
             encoder_name = canonical_embedder_name(encoder)
             params["hnsw"] = bool(hnsw)
             if kind == "hybrid":
@@ -155,7 +154,6 @@ def cached_index(corpus_path: str | Path, out_dir: str | Path, kind: str = "bm25
     caches keyed by content. Under a file lock: the ranks of a distributed run all ask for the
     same cached index at once, and a second builder would rename the first one's index away
     while that rank was loading it."""
-    from ragrl.paths import file_lock
 
     out_dir = Path(out_dir)
     if (out_dir / MANIFEST).is_file():
@@ -237,7 +235,6 @@ def load_index(index_dir: str | Path, *, corpus: str | Path | None = None, encod
         )
     if encoder is not None:
         # Imported only here: a BM25-only process never loads ragrl.models (torch, transformers).
-        from ragrl.models.embedder import canonical_embedder_name
 
         if canonical_embedder_name(encoder) != manifest["encoder"]:
             raise IndexMismatchError(
@@ -254,12 +251,10 @@ def _load_backend(index_dir: Path, manifest: dict, passages: Corpus):
     kind, params = manifest["kind"], manifest["params"]
     if kind == "bm25":
         return BM25Index.load(index_dir / "bm25", passages)
-    from ragrl.retrieval.dense import DenseIndex
 
     dense = DenseIndex.load(index_dir / "dense", passages, manifest["encoder"], hnsw=bool(params.get("hnsw")))
     if kind == "dense":
         return dense
-    from ragrl.retrieval.hybrid import HybridIndex
 
     bm25 = BM25Index.load(index_dir / "bm25", passages)
     return HybridIndex(bm25, dense, k_rrf=float(params.get("k_rrf", 60)))

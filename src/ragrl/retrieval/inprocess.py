@@ -10,7 +10,6 @@ Rollouts must not behave differently because the index happens to be local or be
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 from ragrl.errors import RagrlError
@@ -83,29 +82,3 @@ class InProcessRetriever:
 
     def close(self) -> None:
         pass
-
-
-def make_retriever(spec: str | Path, **options) -> Retriever:
-    """`http(s)://...` -> RetrievalClient(spec, **options); an index directory -> InProcessRetriever.
-
-    For a directory, `options` may hold `encoder` (passed to load_index) and ServerSettings
-    fields; for a URL, RetrievalClient keyword arguments (token, timeout, retries, ...).
-    """
-    spec = str(spec)
-    if spec.startswith(("http://", "https://")):
-        from ragrl.retrieval.client import RetrievalClient
-
-        return RetrievalClient(spec, **options)
-    if "://" in spec:
-        raise RagrlError(f"unsupported retriever URL {spec!r}: use http:// or https://, or an index directory")
-    path = Path(spec).expanduser()
-    if not path.is_dir():
-        raise RagrlError(f"retriever {spec!r} is neither an http(s):// URL nor an existing index directory")
-    from ragrl.retrieval.index import load_index
-
-    encoder = options.pop("encoder", None)
-    try:
-        settings = ServerSettings(**options)
-    except TypeError as e:
-        raise RagrlError(f"bad option for an in-process retriever: {e}") from None
-    return InProcessRetriever(load_index(path, encoder=encoder), settings)

@@ -28,6 +28,8 @@ import hmac
 import json
 import logging
 import math
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +39,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ragrl.errors import ConfigError, RagrlError
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.batcher import MicroBatcher
+from ragrl.retrieval.index import load_index
 from ragrl.retrieval.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -335,7 +339,7 @@ def _index_name(retriever) -> str | None:
 
 def uvicorn_config(app, host: str, port: int, **overrides):
     """uvicorn settings for this server: one worker, bounded concurrency, short keep-alive."""
-    import uvicorn
+    import uvicorn  # late: the web stack loads only when a server starts
 
     options = dict(
         host=host,
@@ -366,10 +370,7 @@ def serve(
     `settings` are ServerSettings fields; `on_ready(url)` is called once the socket listens
     (port=0 picks a free port, and the url then holds the real one).
     """
-    import uvicorn
-
-    from ragrl.errors import ConfigError
-    from ragrl.retrieval.index import load_index
+    import uvicorn  # late: the web stack loads only when a server starts
 
     try:
         server_settings = ServerSettings(**settings)
@@ -395,9 +396,6 @@ def serve(
 
 def bind_socket(host: str, port: int):
     """A bound TCP socket on host:port (uvicorn listens on it), or a RagrlError saying why not."""
-    import socket
-
-    from ragrl.errors import RagrlError
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on sockets that say they are TCP,
@@ -420,9 +418,7 @@ class ServerThread:
     """
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, **uvicorn_overrides):
-        import threading
-
-        import uvicorn
+        import uvicorn  # late: the web stack loads only when a server starts
 
         self.sock = bind_socket(host, port)
         self.url = f"http://{host}:{self.sock.getsockname()[1]}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragrl.errors import ConfigError
+
 
 @dataclass
 class ServerSettings:
@@ -24,8 +26,6 @@ class ServerSettings:
     body_timeout_s: float = 10.0  # a client that trickles its body longer than this gets 408
 
     def __post_init__(self) -> None:
-        from ragrl.errors import ConfigError
-
         for name in ("max_queries_per_request", "max_topk", "max_query_chars", "max_body_bytes",
                      "default_topk", "max_batch"):
             value = getattr(self, name)

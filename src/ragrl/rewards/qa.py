@@ -16,9 +16,9 @@ import string
 from collections import Counter
 from functools import lru_cache
 
-from ragrl.agents.base import Protocol
-from ragrl.agents.search_r1 import squash
 from ragrl.errors import RagrlError
+from ragrl.rollout.protocol import TextProtocol, default_text_protocol, get_protocol
+from ragrl.rollout.snippets import squash
 from ragrl.rollout.trajectory import Trajectory
 
 _PUNCTUATION = set(string.punctuation)
@@ -29,20 +29,19 @@ _SPECIAL = {"yes", "no", "noanswer"}
 
 # ------------------------------------------------------------------ what a completion holds
 @lru_cache(maxsize=None)
-def _protocol(name: str) -> Protocol:
-    from ragrl.agents.registry import get_protocol  # rewards sit above agents; imported late
-
+def _protocol(name: str) -> TextProtocol:
     return get_protocol(name)
 
 
-def protocol_of(completion, protocol: str | Protocol | None = None, default: str = "search_r1") -> Protocol:
+def protocol_of(completion, protocol: str | TextProtocol | None = None, default: str | None = None) -> TextProtocol:
     """The protocol to read a completion with: the argument, else the one the trajectory
-    recorded in `metrics["protocol"]`, else `default`."""
-    if isinstance(protocol, Protocol):
+    recorded in `metrics["protocol"]`, else `default`, else the registry's protocol for plain
+    text (the one a method record declares as the default)."""
+    if isinstance(protocol, TextProtocol):
         return protocol
     if protocol is None and isinstance(completion, Trajectory):
         protocol = completion.metrics.get("protocol")
-    return _protocol(protocol or default)
+    return _protocol(protocol or default or default_text_protocol())
 
 
 def response_text(completion) -> str:
@@ -54,7 +53,7 @@ def response_text(completion) -> str:
     raise RagrlError(f"a completion must be a Trajectory or a str, got {type(completion).__name__}")
 
 
-def answer_of(completion, protocol: str | Protocol | None = None) -> str:
+def answer_of(completion, protocol: str | TextProtocol | None = None) -> str:
     """The predicted answer ('' when there is none).
 
     Trajectory → its parsed `.answer`. String → the first answer block; a string with no tag
@@ -162,17 +161,17 @@ def cover_em(pred: str, golds: list[str] | str) -> float:
 
 
 # ------------------------------------------------------------------------------- rewards
-def em_reward(completion, sample, protocol: str | Protocol | None = None) -> float:
+def em_reward(completion, sample, protocol: str | TextProtocol | None = None) -> float:
     """Exact match of the completion's answer."""
     return exact_match(answer_of(completion, protocol), golds_of(completion, sample))
 
 
-def f1_reward(completion, sample, protocol: str | Protocol | None = None) -> float:
+def f1_reward(completion, sample, protocol: str | TextProtocol | None = None) -> float:
     """Token F1 of the completion's answer."""
     return f1_score(answer_of(completion, protocol), golds_of(completion, sample))
 
 
-def cover_em_reward(completion, sample, protocol: str | Protocol | None = None) -> float:
+def cover_em_reward(completion, sample, protocol: str | TextProtocol | None = None) -> float:
     """Cover EM of the completion's answer.
 
     >>> cover_em_reward("<answer>It was Steven Spielberg</answer>", {"answers": ["Spielberg"]})

@@ -20,36 +20,27 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ragrl.errors import ConfigError
-from ragrl.rewards.format import format_reward, search_r1_format_reward
+from ragrl.registry import Registry
+from ragrl.rewards.format import format_reward
 from ragrl.rewards.qa import cover_em_reward, em_reward, f1_reward
-from ragrl.rewards.mmoa import mmoa_reward
-from ragrl.rewards.smartrag import smartrag_reward
-from ragrl.rewards.search import (
-    answer_in_docs_reward,
-    gold_recall_reward,
-    r1_searcher_stage1_reward,
-    r1_searcher_stage2_reward,
-    retrieval_reward,
-    search_cost_reward,
-)
+from ragrl.rewards.search import answer_in_docs_reward, gold_recall_reward, retrieval_reward, search_cost_reward
+from ragrl.rollout.protocol import get_protocol
 
 RewardFn = Callable[..., float]
 
-REWARDS: dict[str, RewardFn] = {
+# The generic rewards; each method record adds its own (search_r1_format, smartrag, mmoa, ...).
+REWARDS: Registry[RewardFn] = Registry("reward", {
     "em": em_reward,
     "f1": f1_reward,
     "cover_em": cover_em_reward,
     "format": format_reward,
-    "search_r1_format": search_r1_format_reward,
     "search_cost": search_cost_reward,
     "retrieval": retrieval_reward,
     "gold_recall": gold_recall_reward,
     "answer_in_docs": answer_in_docs_reward,
-    "r1_searcher_stage1": r1_searcher_stage1_reward,
-    "r1_searcher_stage2": r1_searcher_stage2_reward,
-    "smartrag": smartrag_reward,
-    "mmoa": mmoa_reward,
-}
+})
+# Checks of a reward's option *values* (not only their names), run when a recipe is loaded.
+REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check")
 
 
 @dataclass
@@ -82,25 +73,22 @@ class CombinedReward:
 
 
 def _term(name: Any, value: Any) -> RewardTerm:
-    if name not in REWARDS:
-        raise ConfigError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}")
+    fn = REWARDS[name]   # an unknown name is refused here, with the known ones and the nearest
     options = dict(value) if isinstance(value, dict) else {"weight": value}
     weight = options.pop("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
         raise ConfigError(f"reward {name!r}: weight must be a finite number, got {weight!r}")
     try:  # check the options now, not in the middle of a training step
-        inspect.signature(REWARDS[name]).bind(None, None, **options)
+        inspect.signature(fn).bind(None, None, **options)
     except TypeError:
-        allowed = [p for p in inspect.signature(REWARDS[name]).parameters if p not in ("completion", "sample")]
+        allowed = [p for p in inspect.signature(fn).parameters if p not in ("completion", "sample")]
         unknown = sorted(set(options) - set(allowed))
         what = f"unknown option(s) {unknown}" if unknown else f"bad options {sorted(options)}"
         raise ConfigError(f"reward {name!r}: {what}; it takes weight and {allowed or 'nothing else'}") from None
-    check = getattr(REWARDS[name], "check_options", None)   # values, not only names, before any rollout
+    check = REWARD_CHECKS.get(name)   # values, not only names, before any rollout
     if check is not None:
         check(**options)
     if "protocol" in options and options["protocol"] is not None:
-        from ragrl.agents.registry import get_protocol
-
         get_protocol(options["protocol"])  # an unknown protocol name fails here, clearly
     return RewardTerm(name, float(weight), options)
 

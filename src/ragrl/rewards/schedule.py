@@ -1,11 +1,11 @@
 """Reward schedules: which reward spec applies at which training step.
 
-R1-Searcher trains in two stages (retrieve + format, then F1 − format penalty); HARR runs
-step-range curricula. A schedule is a list of (from_step, spec), the first from step 0.
+A curriculum in one run: e.g. gold recall first, then answer F1 (or a retrieval + format stage,
+then F1). A schedule is a list of (from_step, spec), the first from step 0.
 
->>> s = RewardSchedule([(0, {"r1_searcher_stage1": 1.0}), (100, {"r1_searcher_stage2": 1.0})])
+>>> s = RewardSchedule([(0, {"gold_recall": 1.0}), (100, {"f1": 1.0})])
 >>> s.at(99), s.at(100)
-({'r1_searcher_stage1': 1.0}, {'r1_searcher_stage2': 1.0})
+({'gold_recall': 1.0}, {'f1': 1.0})
 """
 from __future__ import annotations
 

@@ -1,25 +1,31 @@
-"""Episode runners by shape: the protocol says which one plays its episodes.
+"""Episode runners by shape: a protocol's `runner` names the one that plays its episodes.
 
-`multi_turn` (Search-R1, R1-Searcher, RAG-R1, SmartRAG): one LM acts turn by turn until it answers.
-`pipeline` (MMOA-RAG): rewriter → retrieval → selector → generator, one trajectory per agent.
-Both return Trajectories the same trainer consumes.
+`multi_turn` (the core's): one LM acts turn by turn until it answers. A method whose episodes have
+another shape registers its runner here from its record (MMOA-RAG's `pipeline`: rewriter ->
+retrieval -> selector -> generator, one trajectory per agent). Every runner returns the
+Trajectories the same trainer consumes.
 """
 from __future__ import annotations
 
-from ragrl.rollout.episode import RolloutConfig, run_episodes
-from ragrl.rollout.pipeline import run_mmoa_episodes
+from typing import Callable
 
-RUNNERS = {"multi_turn": run_episodes, "pipeline": run_mmoa_episodes}
+from ragrl.registry import Registry
+from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.protocol import TextProtocol
+
+Runner = Callable[..., tuple[list, dict]]   # (engine, protocol, retriever, samples, cfg, *, group_offset)
+
+RUNNERS: Registry[Runner] = Registry("episode runner", {"multi_turn": run_episodes})
 
 
-def run_agent(engine, protocol, retriever, samples: list[dict], cfg: RolloutConfig, *, group_offset: int = 0):
+def run_agent(engine, protocol: TextProtocol, retriever, samples: list[dict], cfg: RolloutConfig, *,
+              group_offset: int = 0):
     """Roll out `protocol`'s episodes with its runner; (trajectories, stats)."""
-    runner = RUNNERS[getattr(protocol, "runner", "multi_turn")]
-    return runner(engine, protocol, retriever, samples, cfg, group_offset=group_offset)
+    return RUNNERS[protocol.runner](engine, protocol, retriever, samples, cfg, group_offset=group_offset)
 
 
-def answering(trajs: list, protocol) -> list:
+def answering(trajs: list, protocol: TextProtocol) -> list:
     """The trajectories that hold each episode's answer (one per question and sample): all of a
-    single-agent protocol's, the generator's of a pipeline (`protocol.answering_agent`)."""
-    agent = getattr(protocol, "answering_agent", None)
+    single-agent protocol's, the answering agent's of a pipeline (`protocol.answering_agent`)."""
+    agent = protocol.answering_agent
     return [t for t in trajs if agent is None or t.agent == agent]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ragrl.retrieval.base import Hit
+
 _SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("""a an the of in on at to for from by with and or is was are were be been
@@ -64,3 +66,15 @@ def snippet(text: str, query: str, n_words: int) -> str:
     if chosen[-1] != len(sents) - 1:
         parts.append("...")
     return " ".join(parts)
+
+
+def squash(text: str) -> str:
+    """Collapse runs of whitespace (newlines included) into single spaces."""
+    return " ".join(text.split())
+
+
+def format_hits(hits: list[Hit]) -> str:
+    """The document list every tag protocol shows (Search-R1's layout): one `Doc i (Title: "t") text` line per hit."""
+    if not hits:
+        return "(no results)"
+    return "\n".join(f'Doc {i} (Title: "{h.title}") {h.text.strip()}' for i, h in enumerate(hits, 1))

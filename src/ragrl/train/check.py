@@ -2,17 +2,23 @@
 what every run checks first. Each problem is one sentence naming the setting."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
-from ragrl.errors import ConfigError, RagrlError
-from ragrl.rollout.engines import require_engine
+from ragrl.datasets import load_questions
+from ragrl.engines.registry import require_engine
+from ragrl.errors import ConfigError
+from ragrl.methods.base import METHODS, method_for
+from ragrl.models.lm_weights import resolve_policy
+from ragrl.paths import resolve_kit
+from ragrl.policy.lm_model import resolve_device
+from ragrl.retrieval.corpus import file_sha256
+from ragrl.rewards.registry import make_reward
+from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
-
-# Rewards that read a generated answer or response format (nothing to read without a generator).
-ANSWER_REWARDS = {"em", "f1", "cover_em", "format", "search_r1_format", "r1_searcher_stage2", "smartrag", "mmoa"}
-
+from ragrl.train.setup import default_retriever
 
 # Numeric settings and the values that mean something, as intervals ("[1, inf)", "(0, 1]"). The typed
 # loader checks the type; these catch what would fail only after a step of work (save_every=0
@@ -122,42 +128,21 @@ def check_combinations(cfg: TrainConfig) -> None:
     if cfg.eval_start and not cfg.eval_every:
         raise ConfigError("eval_start needs eval_every > 0: the start is evaluated as the baseline of the "
                           "periodic evaluations, and there are none")
-    if cfg.policy == "retriever" and not cfg.retriever.generator:
-        for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
-            names = [e["name"] for e in spec] if isinstance(spec, list) else list(spec)
-            reading = sorted(set(names) & ANSWER_REWARDS)
-            if reading:
-                raise ConfigError(f"reward {', '.join(reading)} (from step {start}) scores an answer, but "
-                                  "retriever.generator is null: no answer is generated; set a generator or use "
-                                  "gold_recall or answer_in_docs")
-    if cfg.sft.known_if != "em" and cfg.sft.builder != "smartrag":
-        raise ConfigError(f"sft.known_if={cfg.sft.known_if} is read only by sft.builder=smartrag (the builder is "
-                          f"{cfg.sft.builder}); drop it or set sft.builder=smartrag")
     check_agents(cfg)
-    if cfg.retriever.hops > 1 and cfg.retriever.generator:
-        raise ConfigError("retriever.hops: with a generator, the generator decides when to search again; "
-                          "set retriever.hops=1 or retriever.generator=null")
-    from ragrl.rewards.registry import make_reward
-
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
-        names = {t.name for t in make_reward(spec).terms}   # a typo fails here, not after the SFT warm start
-        if {"smartrag", "search_cost"} <= names:
-            raise ConfigError(f"reward (from step {start}): smartrag already charges its cost per retrieval, so "
-                              "search_cost would charge it twice; set reward.smartrag.cost instead")
+        make_reward(spec)   # a typo fails here, not after the SFT warm start
+    # Each method checks the settings it owns, on every config: its settings are refused where they
+    # would be ignored, and its own combinations before any work.
+    for method in METHODS.values():
+        if method.check is not None:
+            method.check(cfg)
     check_index_matches_corpus(cfg)
-    if cfg.policy == "retriever" and cfg.shard_params:
-        raise ConfigError("shard_params: a retriever policy cannot be sharded with FSDP; set shard_params=false")
 
 
 def check_index_matches_corpus(cfg: TrainConfig) -> None:
     """A warm start reads gold passages from data.corpus while the rollouts search data.index: the
     index must have been built over that corpus. (Without SFT, data.corpus only says what to index
     when data.index is null, so overriding data.index alone stays possible.) A URL is not checked."""
-    import json
-
-    from ragrl.paths import resolve_kit
-    from ragrl.retrieval.corpus import file_sha256
-
     spec = cfg.data.index
     if not spec or "://" in spec or not cfg.data.corpus or cfg.policy != "lm" or cfg.sft.steps <= 0:
         return
@@ -176,9 +161,6 @@ def check_index_matches_corpus(cfg: TrainConfig) -> None:
 def check_everything(cfg: TrainConfig) -> list[str]:
     """`--check`: the combinations, then every file, index, model and device the run would open
     (without loading model weights or training). Returns what was checked, one line each."""
-    from ragrl.datasets import load_questions
-    from ragrl.train.policy import resolve_device
-
     check_combinations(cfg)
     done = []
     for key in ("train", "eval"):
@@ -186,48 +168,34 @@ def check_everything(cfg: TrainConfig) -> list[str]:
         done.append(f"data.{key}: {len(rows)} questions")
     done.append(f"model.device: {resolve_device(cfg.model.device)}")
     if cfg.policy == "lm" or cfg.retriever.generator:
-        from ragrl.models.policy import resolve_policy
-
         name = cfg.model.name if cfg.policy == "lm" else cfg.retriever.generator
         done.append(f"model: {name} -> {resolve_policy(name)}")
-    if cfg.policy == "retriever":
-        from ragrl.models.embedder import resolve_embedder
-        from ragrl.train.setup import load_dense_backend
-
-        dense = load_dense_backend(cfg)
-        done.append(f"retriever.encoder: {cfg.retriever.encoder} -> {resolve_embedder(cfg.retriever.encoder)}")
-        done.append(f"dense index: {len(dense)} passages, {dense.dim}-d")
+    method = method_for(cfg.agent, cfg.policy)
+    if cfg.policy != "lm" and method is not None and method.preflight is not None:
+        done += method.preflight(cfg)   # a method's own policy setup opens its own files
     else:
-        from ragrl.train.trainer import default_retriever
-
         retriever = default_retriever(cfg)
         try:
             n = len(retriever)
         except TypeError:
             n = "remote"
         done.append(f"retriever: {n} passages")
-    from ragrl.rewards.registry import make_reward
-
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
         done.append(f"reward from step {start}: {make_reward(spec)!r}")
     return done
 
 
-__all__ = ["check_combinations", "check_everything", "check_ranges", "RagrlError"]
-
-
 def check_agents(cfg: TrainConfig) -> None:
     """frozen_agents, agent_adapters and rollout.greedy_agents name agents the protocol has (MMOA-RAG's
-    three); rollout.selector_samples and rollout.generator_samples need the pipeline runner."""
-    from ragrl.agents.registry import get_protocol
-
+    three); rollout.selector_samples and rollout.generator_samples need a protocol that branches there."""
     for name, where in (("selector_samples", "at its selector"), ("generator_samples", "at its generator")):
         k = getattr(cfg.rollout, name)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"rollout.{name} must be an integer >= 1, got {k!r}")
-        if k > 1 and (cfg.policy != "lm" or getattr(get_protocol(cfg.agent), "runner", "multi_turn") != "pipeline"):
+        stage = name.removesuffix("_samples")
+        if k > 1 and (cfg.policy != "lm" or stage not in get_protocol(cfg.agent).branches):
             raise ConfigError(f"rollout.{name}={k} branches a pipeline {where}, but agent {cfg.agent!r} "
-                              f"(policy {cfg.policy}) has no pipeline (only MMOA-RAG's does); leave it at 1")
+                              f"(policy {cfg.policy}) has no pipeline that branches there; leave it at 1")
     agents = tuple(get_protocol(cfg.agent).agents)
     # A retriever policy decodes no agent's text, whatever agents its protocol names.
     for key, names, known in (("rollout.greedy_agents", cfg.rollout.greedy_agents, agents if cfg.policy == "lm" else ()),

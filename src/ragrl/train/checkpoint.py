@@ -14,7 +14,7 @@ Layout of one run's checkpoints:
 
 Sharded (FSDP) models are saved in this same single-process format: the trainer gathers the
 shards and passes `model_state` / `optimizer_state` to rank 0's `save_checkpoint`; on load each
-rank reads the whole tensors and keeps its shard (ragrl.train.fsdp).
+rank reads the whole tensors and keeps its shard (ragrl.policy.fsdp).
 
 Why it survives a kill at any instant: a checkpoint is written into `.tmp_step_...`, every file
 is fsynced, and only then is the directory renamed to `step_...` (rename is atomic). The `latest`
@@ -37,6 +37,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from ragrl.errors import RagrlError
+from ragrl.policy.fsdp import is_sharded, load_full_state_dict, shard_optimizer_state
 from ragrl.train.rng import get_rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -135,16 +136,13 @@ def _trainer_state(step: int, extra: dict | None) -> dict:
 
 
 def _is_peft(model: nn.Module) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:  # peft is a dependency, but a plain model never needs it
-        return False
+    from peft import PeftModel  # late: peft takes ~3 s to import
     return isinstance(model, PeftModel)
 
 
 def _save_model_weights(model: nn.Module, out: Path, state: dict | None = None) -> None:
+    from peft import get_peft_model_state_dict  # late: peft takes ~3 s to import
     if _is_peft(model):
-        from peft import get_peft_model_state_dict
         saved = sum(t.numel() for a in model.peft_config
                     for t in get_peft_model_state_dict(model, state_dict=state, adapter_name=a).values())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -276,7 +274,6 @@ def load_checkpoint(ckpt_dir: Path, *, model: nn.Module, optimizer=None, schedul
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise RagrlError(f"checkpoint file {ckpt_dir / STATE_FILE} has no integer 'step'")
 
-    from ragrl.train.fsdp import is_sharded, shard_optimizer_state
     if is_sharded(model):
         _load_into_sharded(ckpt_dir, model)
     elif _is_peft(model):
@@ -319,7 +316,7 @@ def _load(path: Path, fn):
 
 
 def _load_adapters(ckpt_dir: Path, model: nn.Module) -> None:
-    from peft import set_peft_model_state_dict
+    from peft import set_peft_model_state_dict  # late: peft takes ~3 s to import
     if (ckpt_dir / FULL_WEIGHTS).is_file() and not (ckpt_dir / ADAPTER_WEIGHTS).is_file():
         raise RagrlError(f"checkpoint {ckpt_dir} holds full model weights but the model is a "
                          "PeftModel; load it into the plain model instead")
@@ -339,7 +336,6 @@ def _load_adapters(ckpt_dir: Path, model: nn.Module) -> None:
 
 def _load_into_sharded(ckpt_dir: Path, model: nn.Module) -> None:
     """Whole tensors from the checkpoint into a sharded (FSDP) model: each rank keeps its shard."""
-    from ragrl.train.fsdp import load_full_state_dict
     own = model.state_dict().keys()
     if _is_peft(model):
         # The adapter file names `…lora_A.weight`; the live module `…lora_A.<adapter>.weight`.

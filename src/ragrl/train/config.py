@@ -1,36 +1,30 @@
-"""Typed training configuration. Recipes in `recipes/*.yaml` fill these dataclasses.
+"""Typed training configuration. Recipes in `ragrl/recipes/*.yaml` fill these dataclasses.
 
 Every run writes the fully resolved config to `<run_dir>/config.yaml`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
-from ragrl.rollout.episode import RolloutConfig
+from ragrl.algos.kl import KL_CONTROLLERS, KL_KINDS
+from ragrl.algos.losses import AGG_MODES
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
+from ragrl.methods.base import setups, sft_builders
+from ragrl.policy.model_config import ModelConfig
+from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.protocol import PROTOCOLS, default_text_protocol
+from ragrl.yaml_config import Choice
 
-
-@dataclass
-class ModelConfig:
-    name: str = "smollm2-135m-instruct"   # registry name, HF id or local path
-    init_adapter: str | None = None       # a LoRA adapter (e.g. an SFT checkpoint) to start from
-    lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0             # dropout breaks "ratio == 1 at the first epoch"
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"])
-    lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    # The rollout engine, for training, evaluation and the quickstart. hf: generate with the very
-    # module being trained (no sync). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
-    # that receives the merged weights whenever a trained parameter changed.
-    engine: Literal["hf", "vllm"] = "hf"
-    # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
-    # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"   # auto: bf16 where native
-    # Where the policy runs (and trains): auto = this rank's CUDA GPU when there is one, else CPU.
-    device: str = "auto"                  # auto | cpu | cuda | cuda:N
-    max_batch_size: int = 64              # generation rows at once
+# Enumerations read from the registries when a recipe loads (one source of truth): the core's own
+# entries and whatever the method records add.
+Estimator = Annotated[str, Choice(lambda: list(ADVANTAGE_ESTIMATORS))]
+LossAggregation = Annotated[str, Choice(lambda: list(AGG_MODES))]
+KLKind = Annotated[str, Choice(lambda: list(KL_KINDS))]
+KLController = Annotated[str, Choice(lambda: list(KL_CONTROLLERS))]
+SFTBuilder = Annotated[str, Choice(lambda: ["gold_search", *sft_builders()])]   # gold_search: the core's
+ProtocolName = Annotated[str, Choice(PROTOCOLS.names)]
+PolicyKind = Annotated[str, Choice(lambda: ["lm", *setups()])]                  # lm: the core's
 
 
 @dataclass
@@ -49,18 +43,17 @@ class DataConfig:
 
 @dataclass
 class AlgoConfig:
-    estimator: Literal["gae", "gae_baseline", "grpo", "dr_grpo", "rloo", "reinforce_pp",
-                       "reinforce_pp_baseline"] = "grpo"
+    estimator: Estimator = "grpo"
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = None
-    loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
+    loss_agg: LossAggregation = "token_mean"
     kl_coef: float = 0.0
-    kl_kind: Literal["k1", "k2", "k3", "abs", "low_var_kl"] = "k3"
+    kl_kind: KLKind = "k3"
     kl_in_reward: bool = False            # PPO style (reward) or GRPO style (loss)
     kl_target: float | None = None        # set for an adaptive coefficient
     kl_horizon: int = 10000
-    kl_controller: Literal["ziegler", "rl4lms"] = "ziegler"   # how kl_target adapts the coefficient
+    kl_controller: KLController = "ziegler"   # how kl_target adapts the coefficient
     gamma: float = 1.0
     lam: float = 1.0
     entropy_coef: float = 0.0
@@ -75,8 +68,6 @@ class AlgoConfig:
     @property
     def has_critic(self) -> bool:
         """Whether the estimator reads a value head's values (and so trains one)."""
-        from ragrl.algos.registry import ADVANTAGE_ESTIMATORS   # torch: only when asked
-
         return "values" in ADVANTAGE_ESTIMATORS[self.estimator].needs
 
     @property
@@ -97,8 +88,8 @@ class SFTConfig:
     direct_frac: float = 0.0
     # How episodes are built: gold search episodes (+ direct_frac), or SmartRAG's (answer directly
     # where the base model is right closed-book, else search and answer from the documents).
-    builder: Literal["gold_search", "smartrag", "mmoa"] = "gold_search"
-    # SmartRAG builder: what counts as "already right" closed-book (ragrl.train.sft_smartrag).
+    builder: SFTBuilder = "gold_search"
+    # SmartRAG builder: what counts as "already right" closed-book (ragrl.methods.smartrag.sft).
     known_if: Literal["em", "cover_em"] = "em"
     max_questions: int | None = None      # train questions used to build episodes (None: all)
 
@@ -132,9 +123,10 @@ class RetrieverConfig:
 @dataclass
 class TrainConfig:
     name: str = "run"
-    agent: str = "search_r1"
+    # The text protocol the LM speaks (a registered name); default: the one for plain text (Search-R1's).
+    agent: ProtocolName = field(default_factory=default_text_protocol)
     # What is trained: the LM that acts (lm), or the query encoder of the retriever it calls (retriever).
-    policy: Literal["lm", "retriever"] = "lm"
+    policy: PolicyKind = "lm"
     out_dir: str = "runs/run"
     seed: int = 0
     steps: int = 20
@@ -146,7 +138,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     save_every: int = 5
     keep_last: int = 2
-    # FSDP2 under several ranks (ragrl.train.fsdp): each rank stores 1/world of every weight,
+    # FSDP2 under several ranks (ragrl.policy.fsdp): each rank stores 1/world of every weight,
     # gradient and Adam moment. None: on under `accelerate launch --use_fsdp`, off otherwise.
     shard_params: bool | None = None
     # ZeRO-1 under several ranks, when parameters are not sharded: each rank keeps Adam's state

@@ -6,7 +6,7 @@ rank rolls out its own slice of the step's questions; `update.py` divides every 
 take the same optimizer step as one process with B.
 Two ways to shard:
   * parameters (FSDP2, `shard_params`, on by default under `accelerate launch --use_fsdp`;
-    ragrl.train.fsdp): each rank stores 1/world of every weight, gradient and Adam moment;
+    ragrl.policy.fsdp): each rank stores 1/world of every weight, gradient and Adam moment;
   * optimizer state only (ZeRO stage 1, `shard_optimizer`, on by default under `accelerate
     launch --use_deepspeed`): each rank keeps Adam's moments for its share of the parameters,
     steps that share, and broadcasts it; parameters and gradients stay replicated.
@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ragrl.errors import ConfigError
+from ragrl.policy.fsdp import local_nbytes
 
 log = logging.getLogger("ragrl.train")
 
@@ -88,7 +89,7 @@ def close_distributed(*, ok: bool = True) -> None:
 
 
 def wants_sharded_params(setting: bool | None, world: int) -> bool:
-    """Whether to shard parameters (FSDP2, ragrl.train.fsdp): never on one rank; `setting`
+    """Whether to shard parameters (FSDP2, ragrl.policy.fsdp): never on one rank; `setting`
     when given; else on when the launcher asked for FSDP (accelerate sets ACCELERATE_USE_FSDP)."""
     if world <= 1:
         return False
@@ -114,7 +115,7 @@ def make_optimizer(groups: list[dict], *, lr: float, weight_decay: float, shard:
     state). Empty groups are kept out of the sharded optimizer (ZeRO cannot partition them)."""
     if not shard:
         return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
-    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # late: only sharded runs, where it exists
 
     groups = [g for g in groups if g["params"]]
     opt = ZeroRedundancyOptimizer(groups[0]["params"], optimizer_class=torch.optim.AdamW, lr=lr,
@@ -128,7 +129,6 @@ def optimizer_state_bytes(optimizer) -> int:
     """Bytes of optimizer state this rank holds (the local shard under ZeRO)."""
     # ZeroRedundancyOptimizer keeps its shard's optimizer in `.optim`; not importing it here
     # keeps torch.distributed.optim (and its torch.jit warnings) off single-process runs.
-    from ragrl.train.fsdp import local_nbytes
     local = getattr(optimizer, "optim", optimizer)
     # An FSDP parameter's moments are DTensors: count the shard this rank holds.
     return sum(local_nbytes(t) for st in local.state.values() for t in st.values() if torch.is_tensor(t))

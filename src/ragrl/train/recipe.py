@@ -1,22 +1,44 @@
 """Run a recipe end to end: optional SFT warm start, then RL (what `ragrl train` does).
 
-RAG-R1, SmartRAG and MMOA-RAG chain SFT and RL; R1-Searcher chains two RL stages through
-`model.init_adapter`. The SFT adapter is written to <run_dir>/sft/adapter once and reused on
---resume, so a resumed run never repeats or changes its warm start.
+Recipes ship inside the package (`ragrl/recipes/*.yaml`, found with importlib.resources, so they
+survive `pip install`); a path to any YAML file works too. RAG-R1, SmartRAG and MMOA-RAG chain SFT
+and RL; R1-Searcher chains two RL stages through `model.init_adapter`. The SFT adapter is written
+to <run_dir>/sft/adapter once and reused on --resume, so a resumed run never repeats or changes its
+warm start.
 """
 from __future__ import annotations
 
 import logging
 import random
+from importlib import resources
 from pathlib import Path
 
-from ragrl.config import load_config
+import yaml
+
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
+from ragrl.methods.base import METHODS, sft_builders
+from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_trajectory
+from ragrl.paths import DEMO_CORPUS, resolve_kit
+from ragrl.policy.lm_model import build_policy, freeze_reference
 from ragrl.retrieval.base import Hit
+from ragrl.retrieval.corpus import load_corpus
+from ragrl.rollout.protocol import get_protocol
+from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
+from ragrl.train.distributed import close_distributed
+from ragrl.train.setup import default_retriever
+from ragrl.train.sft import run_sft
+from ragrl.train.trainer import Trainer
+from ragrl.yaml_config import load_config
 
 log = logging.getLogger("ragrl.train")
+
+
+def bundled_recipes() -> dict[str, Path]:
+    """The recipes shipped in the package, by name."""
+    folder = resources.files("ragrl") / "recipes"
+    return {p.name.removesuffix(".yaml"): Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml")}
 
 
 def resolve_recipe(recipe: str) -> Path:
@@ -24,11 +46,29 @@ def resolve_recipe(recipe: str) -> Path:
     p = Path(recipe)
     if p.exists():
         return p
-    here = Path(__file__).resolve().parents[3] / "recipes" / f"{recipe.removesuffix('.yaml')}.yaml"
-    if here.exists():
-        return here
-    known = sorted(x.stem for x in here.parent.glob("*.yaml")) if here.parent.exists() else []
-    raise ConfigError(f"recipe not found: {recipe!r} (known: {', '.join(known) or 'none'})")
+    known = bundled_recipes()
+    name = recipe.removesuffix(".yaml")
+    if name in known:
+        return known[name]
+    raise ConfigError(f"recipe not found: {recipe!r} (known: {', '.join(sorted(known)) or 'none'})")
+
+
+def recipe_variants(path: Path) -> list[str]:
+    """The names of a recipe's `variants:` (what `--variant` accepts)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return list((data.get("variants") or {}).keys())
+
+
+def recipe_listing() -> list[dict]:
+    """One row per shipped recipe: its name, the method whose record declares it, its variants, and
+    the method's paper (what `ragrl train --list` prints)."""
+    owner = {r: m for m in METHODS.values() for r in m.recipes}
+    rows = []
+    for name, path in sorted(bundled_recipes().items()):
+        method = owner.get(name)
+        rows.append({"recipe": name, "method": method.name if method else "", "variants": recipe_variants(path),
+                     "paper": method.paper if method else "", "trains": method.trains if method else ""})
+    return rows
 
 
 def load_train_config(recipe: str | None, overrides: list[str], variant: str | None = None) -> TrainConfig:
@@ -36,11 +76,15 @@ def load_train_config(recipe: str | None, overrides: list[str], variant: str | N
     return load_config(TrainConfig, path, overrides, variant=variant)
 
 
-def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progress=None):
-    """Synthesize gold search episodes from the train split and fit the adapter on them."""
-    from ragrl.train.sft import run_sft
+def all_sft_builders() -> dict:
+    """SFT warm-start builders by `sft.builder` name: the core's `gold_search` and every method's."""
+    return {"gold_search": lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever),
+            **sft_builders()}
 
-    trajs = SFT_BUILDERS[cfg.sft.builder](cfg, model, tok, retriever)
+
+def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progress=None):
+    """Build the warm-start episodes with the recipe's builder and fit the adapter on them."""
+    trajs = all_sft_builders()[cfg.sft.builder](cfg, model, tok, retriever)
     fit = [t for t in trajs if len(t.token_ids) <= cfg.sft.max_len]
     if len(fit) < len(trajs):
         log.info("SFT: %d of %d episodes are longer than sft.max_len=%d tokens and are left out",
@@ -52,24 +96,16 @@ def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progr
                      seed=cfg.seed, out_dir=out_dir, progress=progress)
     log.info("SFT: %d steps, loss %.3f -> %.3f in %.0f s", cfg.sft.steps, result.losses[0], result.losses[-1],
              result.seconds)
-    from ragrl.train.policy import freeze_reference
     freeze_reference(model)   # RL that follows measures its KL against this warm-started policy
     return result
 
 
 def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
-    """The SFT episodes: gold search episodes whose answer the observations show, plus
+    """The `gold_search` SFT episodes: gold search episodes whose answer the observations show, plus
     `sft.direct_frac` of episodes that answer at once (questions drawn at random)."""
-    from ragrl.agents.registry import get_protocol
-    from ragrl.retrieval.base import Hit
-    from ragrl.retrieval.corpus import load_corpus
-    from ragrl.paths import DEMO_CORPUS
-    from ragrl.train.sft import direct_trajectory, synth_trajectory
-
     frac = cfg.sft.direct_frac
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
-    from ragrl.paths import resolve_kit
     corpus = load_corpus(resolve_kit(cfg.data.corpus) if cfg.data.corpus else DEMO_CORPUS)
     passages = {corpus.ids[i]: Hit(corpus.ids[i], corpus.titles[i], corpus.texts[i], 0.0) for i in range(len(corpus))}
     protocol = get_protocol(cfg.agent)
@@ -89,70 +125,11 @@ def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
     return trajs
 
 
-def smartrag_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
-    """SmartRAG's warm start (ragrl.train.sft_smartrag): closed-book check by the model being
-    warm-started (its LoRA is still zero: the base model), then direct or search targets."""
-    from ragrl.agents.registry import get_protocol
-    from ragrl.paths import resolve_kit, DEMO_CORPUS
-    from ragrl.retrieval.corpus import load_corpus
-    from ragrl.rollout.engines import make_engine
-    from ragrl.train.sft_smartrag import closed_book_right, smartrag_targets
-
-    samples = load_questions(cfg.data.train)
-    if cfg.sft.max_questions:
-        samples = random.Random(cfg.seed).sample(samples, min(cfg.sft.max_questions, len(samples)))
-    corpus = load_corpus(resolve_kit(cfg.data.corpus) if cfg.data.corpus else DEMO_CORPUS)
-    wanted = {pid for s in samples for pid in s.get("gold_passage_ids") or []}
-    passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
-                if (i := corpus.row(pid)) is not None}
-    model.eval()
-    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size), samples, cfg.seed,
-                              cfg.sft.known_if)
-    trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
-                                     cfg.rollout, cfg.seed)
-    log.info("SmartRAG SFT: %d answer directly (right closed-book), %d search, %d dropped (answer not in "
-             "the documents)", counts["direct"], counts["search"], counts["dropped"])
-    if not trajs:
-        raise ConfigError(f"SmartRAG SFT built no episode from {cfg.data.train}")
-    return trajs
-
-
-def mmoa_episodes(cfg: TrainConfig, model, tok, retriever) -> list:
-    """MMOA-RAG's warm start (ragrl.train.sft_mmoa): one example per agent per question."""
-    from ragrl.agents.registry import get_protocol
-    from ragrl.train.sft_mmoa import mmoa_sft_examples
-
-    samples = load_questions(cfg.data.train)
-    if cfg.sft.max_questions:
-        samples = random.Random(cfg.seed).sample(samples, min(cfg.sft.max_questions, len(samples)))
-    trajs, counts = mmoa_sft_examples(tok, get_protocol(cfg.agent), samples, retriever)
-    log.info("MMOA SFT: %s examples per agent", counts)
-    return trajs
-
-
-SFT_BUILDERS = {"gold_search": lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever),
-                "smartrag": smartrag_episodes, "mmoa": mmoa_episodes}
-
-
-def answer_visible(traj) -> bool:
-    """Whether a gold answer (normalised) occurs in the episode's observations (yes/no always do)."""
-    from ragrl.rewards.qa import normalize_answer
-
-    seen = normalize_answer(" ".join(t.observation for t in traj.turns))
-    golds = [normalize_answer(g) for g in traj.golds]
-    return any(g in ("yes", "no") or (g and f" {g} " in f" {seen} ") for g in golds)
-
-
 def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float | None = None) -> Path:
     """SFT warm start (if cfg.sft.steps and no init adapter), then RL; returns the run dir.
 
     time_budget_s bounds the RL steps alone (Trainer.train): a lent GPU's fixed call length,
     say, without guessing a step count; the SFT stage before them is not counted."""
-    from ragrl.train.check import check_combinations
-    from ragrl.train.distributed import close_distributed
-    from ragrl.train.policy import build_policy
-    from ragrl.train.trainer import Trainer, default_retriever
-
     check_combinations(cfg)   # a bad setting fails now, not after the SFT warm start
     run_dir = Path(cfg.out_dir)
     retriever = None   # the setup builds what its policy needs (a retriever policy samples its own)

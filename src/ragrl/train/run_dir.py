@@ -141,7 +141,6 @@ def _wait_past_tb_files(tb_dir: Path) -> None:
     `events.out.tfevents.<unix second>.<host>.<pid>.<counter>`: within one second a counter of 10
     sorts before 9, so a purging writer opened in the same second as an earlier one could be read
     first (its purge then hides nothing). Start it in a later second than every existing file."""
-    import time
 
     stamps = [int(p.name.split(".")[3]) for p in tb_dir.glob("events.out.tfevents.*")
               if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]

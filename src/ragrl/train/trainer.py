@@ -15,6 +15,8 @@ questions and gradients are summed across ranks in `update.py`):
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
 import time
@@ -22,19 +24,33 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ragrl.algos.kl import make_kl_controller
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import score
+from ragrl.eval.plots import line_plot
+from ragrl.eval.report import write_trajectories
+from ragrl.methods.base import method_for
+from ragrl.policy.fsdp import full_optimizer_state, full_params, full_state_dict, shard_params
 from ragrl.rewards.registry import make_reward
 from ragrl.rewards.schedule import RewardSchedule
+from ragrl.train.averaging import WeightAverage
+from ragrl.train.check import check_combinations
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ragrl.train.config import TrainConfig
-from ragrl.train.distributed import (check_divisible, init_distributed, make_optimizer, optimizer_state_bytes,
-                                     reduce_metrics, wants_sharded_optimizer, wants_sharded_params)
-from ragrl.train.fsdp import full_optimizer_state, full_params, full_state_dict, shard_params
+from ragrl.train.distributed import (
+    check_divisible,
+    init_distributed,
+    make_optimizer,
+    optimizer_state_bytes,
+    reduce_metrics,
+    wants_sharded_optimizer,
+    wants_sharded_params,
+)
 from ragrl.train.rng import seed_everything
-from ragrl.train.run_dir import MetricsLogger, prepare_run_dir, setup_file_logging, write_resolved_config
+from ragrl.train.run_dir import MetricsLogger, prepare_run_dir, read_metrics, setup_file_logging, write_resolved_config
 from ragrl.train.setup import build_setup
 from ragrl.train.update import ppo_update, prepare
 
@@ -70,10 +86,6 @@ def make_scheduler(optimizer, cfg: TrainConfig):
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, retriever=None, model_bundle=None):
-        from ragrl.algos.kl import make_kl_controller
-
-        from ragrl.train.check import check_combinations
-
         check_combinations(cfg)   # before any model, index or rollout
         self.cfg = cfg
         self.rank, self.world = init_distributed()  # joins torchrun/accelerate's group, else (0, 1)
@@ -108,7 +120,6 @@ class Trainer:
             if self.params_sharded:
                 raise ConfigError("ema_decay: weight averaging of FSDP-sharded parameters is not supported; "
                                   "set ema_decay=0 or shard_params=false")
-            from ragrl.train.averaging import WeightAverage
             self.ema = WeightAverage(self.model, cfg.ema_decay)
         self.kl = make_kl_controller(cfg.algo.kl_coef, cfg.algo.kl_target, cfg.algo.kl_horizon,
                                      cfg.algo.kl_controller)
@@ -133,8 +144,10 @@ class Trainer:
             if logger is not None:
                 logger.truncate_after(self.step - 1)
             log.info("resumed from %s at step %d", ck.name, self.step)
-        if self.setup.filter_questions:
-            self._filter_questions()
+        if self.setup.select_questions is not None:   # e.g. HARR's filter, before any step
+            self.policy.eval()
+            self.questions = self.setup.select_questions(self.questions, make_reward(self.rewards.at(0)),
+                                                         self.run_dir, self.rank == 0)
         start = None   # the start's metrics, logged in step 0's row
         if cfg.eval_start and self.step == 0:
             start = self.evaluate()
@@ -177,24 +190,19 @@ class Trainer:
 
     def _finish(self, state: dict | None = None) -> None:
         """The policy's final artifact (adapter or encoder, for chained stages) and curve plots."""
-        from ragrl.eval.plots import line_plot
-        from ragrl.train.run_dir import read_metrics
-
         with self._averaged():
             self.setup.export(self.run_dir / f"final_{self.setup.artifact}", state)
         rows = read_metrics(self.run_dir)
         if rows:
-            keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len"]
-            if any("gold_recall" in r for r in rows):
-                keys = ["reward_mean", "gold_recall", "f1", "searches"] + [k for k in ("eval/recall",) if k in rows[-1]]
-            keys += ["eval/f1", "eval/selector_f1"] + sorted(k for k in rows[-1] if k.startswith("rollout/"))
+            keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len", "eval/f1"]
+            method = method_for(self.cfg.agent, self.cfg.policy)
+            keys += [k for k in (method.plot_keys if method else ()) if k not in keys and k in rows[-1]]
+            keys += sorted(k for k in rows[-1] if k.startswith("rollout/"))
             line_plot(rows, keys, self.run_dir / "curves.png")
 
     def _keep_best(self, row: dict, after: int | None = None) -> None:
         """Export the policy when `keep_best` improved on the held-apart eval questions (`after`:
         the steps taken, 0 for the start; a tie keeps the earlier policy)."""
-        import json
-
         after = self.step + 1 if after is None else after
         key = f"eval/{self.cfg.keep_best}"
         if key not in row:
@@ -212,41 +220,6 @@ class Trainer:
             tmp.write_text(json.dumps({"metric": self.cfg.keep_best, "value": row[key], "step": after}))
             tmp.rename(path)
             log.info("best %s so far: %.2f after step %d", self.cfg.keep_best, row[key], after)
-
-    def _filter_questions(self) -> None:
-        """HARR's filter: keep the training questions whose reward varies across a group sampled
-        from the *starting* policy (all-right or all-wrong groups teach a group estimator nothing).
-        The kept ids are saved in the run dir, so a resumed run trains on the same questions."""
-        import json
-
-        path = self.run_dir / "kept_questions.json"
-        if path.exists():
-            kept = set(json.loads(path.read_text())["kept"])
-        else:
-            cfg = self.cfg
-            reward_fn = make_reward(self.rewards.at(0))
-            kept, chunk = set(), max(cfg.questions_per_step, 32)
-            self.policy.eval()
-            for s in range(0, len(self.questions), chunk):
-                part = self.questions[s:s + chunk]
-                rcfg = replace(cfg.rollout, seed=cfg.seed * 7_777_777 + s)
-                trajs, _ = self.setup.rollout(part, rcfg, 0)
-                for t in trajs:
-                    t.reward = float(reward_fn(t, part[t.group]))
-                for i, q in enumerate(part):
-                    if len({round(t.reward, 9) for t in trajs if t.group == i}) > 1:
-                        kept.add(str(q["id"]))
-            if self.rank == 0:
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"kept": sorted(kept), "total": len(self.questions)}))
-                tmp.rename(path)
-        before = len(self.questions)
-        self.questions = [q for q in self.questions if str(q["id"]) in kept]
-        log.info("question filter: kept %d of %d training questions (reward varies within the group), "
-                 "dropped %d", len(self.questions), before, before - len(self.questions))
-        if not self.questions:
-            raise ConfigError("the question filter kept no training question: every group's reward was "
-                              "flat; set retriever.filter_questions=false or use other questions")
 
     def train_step(self) -> dict:
         cfg = self.cfg
@@ -277,23 +250,29 @@ class Trainer:
         if not learn:
             raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
         batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
-        prep = prepare(self.policy, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
-        g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
         critic_only = self.step < cfg.critic_warmup
-        ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
-                            critic_only=critic_only)
+        if self.world == 1 and float(batch.action_mask.sum()) == 0:
+            # Nothing the policy did this step (a retriever whose frozen generator never searched):
+            # no gradient to take; said in the log and in the step's row, and the step goes on.
+            log.warning("step %d: no action of the policy in %d trajectories; the update is skipped",
+                        self.step, len(learn))
+            prep, ustats = None, {"updates": 0.0, "update_skipped": 1.0}
+        else:
+            prep = prepare(self.policy, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
+            g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
+            ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
+                                critic_only=critic_only)
         ustats["critic_only"] = float(critic_only)
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
-        if "kl_ref" in prep.stats:
+        if prep is not None and "kl_ref" in prep.stats:
             self.kl.update(prep.stats["kl_ref"], len(trajs) * self.world)  # kl_ref is all-rank already
         self.policy.eval()
         t_update = time.perf_counter() - t0
-        row = self._row(trajs, rstats, ustats, prep.stats, t_rollout, t_reward, t_update,
+        row = self._row(trajs, rstats, ustats, prep.stats if prep is not None else {}, t_rollout, t_reward, t_update,
                         time.perf_counter() - t_start)
         if cfg.log_trajectories_every and self.step % cfg.log_trajectories_every == 0 and self.rank == 0:
-            from ragrl.eval.report import write_trajectories
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
             write_trajectories(self.run_dir / "trajectories" / f"step_{self.step:06d}.jsonl", trajs)
         # Bytes of Adam state on this rank (a 1/world share under ZeRO-1 or FSDP); the mean over ranks.
@@ -314,7 +293,6 @@ class Trainer:
 
     def _averaged(self):
         """The weights that are evaluated and exported: the moving average with `ema_decay`."""
-        import contextlib
         return self.ema.swapped_in(self.model) if self.ema is not None else contextlib.nullcontext()
 
     # ---------------------------------------------------------------- internals
@@ -391,23 +369,6 @@ class Trainer:
             self.kl.load_state_dict(state["kl"])
 
 
-def make_train_engine(cfg: TrainConfig, model, tok):
-    from ragrl.rollout.engines import make_engine
-
-    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size)
-
-
-def default_retriever(cfg: TrainConfig):
-    """The configured index/URL, or a BM25 index over the (demo) corpus cached in $RAGRL_HOME."""
-    from ragrl.retrieval.inprocess import make_retriever
-
-    if cfg.data.index:
-        from ragrl.paths import KIT_PREFIX, resolve_kit   # a URL stays a URL
-        spec = cfg.data.index
-        return make_retriever(str(resolve_kit(spec)) if spec.startswith(KIT_PREFIX) else spec)
-    return make_retriever(str(cached_bm25_index(cfg.data.corpus)))
-
-
 def flat_group_fraction(trajs) -> float:
     """Share of GRPO groups (trajectories with the same `group`) whose rewards are all equal.
 
@@ -421,18 +382,6 @@ def flat_group_fraction(trajs) -> float:
     return sum(len(v) == 1 for v in groups.values()) / max(len(groups), 1)
 
 
-def cached_bm25_index(corpus: str | None) -> Path:
-    """Build (once) a BM25 index of `corpus` (default: the bundled demo corpus) under $RAGRL_HOME."""
-    import hashlib
-
-    from ragrl.paths import DEMO_CORPUS, ragrl_home, resolve_kit
-    from ragrl.retrieval.index import cached_index
-
-    path = resolve_kit(corpus) if corpus else DEMO_CORPUS
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return cached_index(path, ragrl_home() / "indexes" / f"bm25-{digest}", "bm25", progress=False)
-
-
 class _progress:
     """A Rich progress bar with the latest reward/F1 (a no-op when disabled). With a time budget
     the bar fills with time, and shows the step count, since the number of steps is not known."""
@@ -440,8 +389,6 @@ class _progress:
     def __init__(self, enabled: bool, total: int, start: int, time_budget_s: float | None = None):
         self.p, self.budget, self.step, self.t0 = None, time_budget_s, start, time.perf_counter()
         if enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
             count = "step {task.fields[step]}" if self.budget else "{task.completed}/{task.total}"
             self.p = Progress(TextColumn("train"), BarColumn(), TextColumn(count),
                               TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())

@@ -19,9 +19,9 @@ from ragrl.algos.kl import kl_estimate, kl_penalty_in_reward
 from ragrl.algos.losses import agg_loss, ppo_policy_loss, value_loss
 from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, compute_advantages
 from ragrl.policy.base import ActionBatch, Policy
+from ragrl.policy.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 from ragrl.train.config import AlgoConfig
 from ragrl.train.distributed import all_sum, is_distributed
-from ragrl.train.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""SmartRAG: when to retrieve, at a retrieval cost. Scripts: python -m experiments.smartrag.<script>."""

@@ -1,0 +1,73 @@
+"""Pick a generation engine (`model.engine`): the HF one everywhere, vLLM on a CUDA GPU.
+
+    require_engine("vllm")                          # ConfigError naming what is missing, before any work
+    engine = make_engine("vllm", module, tok)       # a trained module: vLLM follows its weights
+
+`hf` rolls out with the very module being trained, so there is nothing to sync. `vllm` keeps its
+own copy: `TrainingVLLMEngine` pushes the merged weights (LoRA included) into it before a
+generation whenever a trained parameter changed since the last push (an RL update, an SFT warm
+start, a checkpoint restored on resume).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from ragrl.engines.hf import HFEngine
+from ragrl.engines.vllm import VLLMEngine
+from ragrl.errors import ConfigError
+from ragrl.models.merge import ParamVersions, merged_weights
+
+ENGINES = ("hf", "vllm")
+
+
+def require_engine(kind: str, setting: str = "model.engine") -> None:
+    """Raise a ConfigError naming `setting` when `kind` cannot run on this machine."""
+    if kind not in ENGINES:
+        raise ConfigError(f"{setting}: {kind!r} is not one of {', '.join(ENGINES)}")
+    if kind == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError(f"{setting}=vllm: vllm is not installed (pip install 'ragrl[vllm]'); "
+                              f"use {setting}=hf")
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{setting}=vllm: no CUDA GPU is visible (vLLM runs on a GPU); use {setting}=hf")
+
+
+def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, **kwargs):
+    """An `Engine` of `kind`. `model`: an HF module, or (vllm) a name or path.
+
+    For vLLM with a module, the engine follows the module's weights (see `TrainingVLLMEngine`).
+    """
+
+    require_engine(kind)
+    if kind == "hf":
+        if isinstance(model, str):
+            return HFEngine.from_name(model, max_batch_size=max_batch_size, **kwargs)
+        return HFEngine(model, tokenizer, max_batch_size=max_batch_size, **kwargs)
+
+    if isinstance(model, str):
+        return VLLMEngine(model, tokenizer, max_num_seqs=max_batch_size, **kwargs)
+    return TrainingVLLMEngine(model, tokenizer, max_num_seqs=max_batch_size, **kwargs)
+
+
+class TrainingVLLMEngine:
+    """vLLM serving a module that is being trained: weights pushed when they changed."""
+
+    def __init__(self, module, tokenizer, **kwargs):
+        name = module.name_or_path   # a PeftModel forwards it to the base model
+        self.module, self.versions = module, ParamVersions(module)
+        self.inner = VLLMEngine(name, tokenizer, **kwargs)
+        self.tokenizer = tokenizer
+
+    def sync(self) -> None:
+        if self.versions.stale():
+            self.inner.load_weights(merged_weights(self.module))
+            self.versions.mark_synced()
+
+    def generate(self, prompts, params):
+        self.sync()
+        return self.inner.generate(prompts, params)
+
+    def __getattr__(self, name):   # tokenizer ids and the like: the inner engine's
+        return getattr(self.inner, name)

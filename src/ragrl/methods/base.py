@@ -1,0 +1,149 @@
+"""The method record: everything the core needs to know about one published method, in one place.
+
+A method is one module (or folder) under `ragrl.methods` that builds a `Method` and calls
+`register_method` on it. Registering puts its parts into the core's registries (protocols,
+episode runners, rewards, SFT builders, policy setups); the core then finds them by the names a
+recipe uses and never names a method itself. A seventh method is its own module plus a recipe.
+
+    register_method(Method(
+        name="my_method", paper="Me et al., 2026", trains="the LM that acts",
+        protocols=(MyProtocol,), rewards={"my_reward": my_reward}, recipes=("my_method_grpo",),
+    ))
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ragrl.policy.base import Policy
+from ragrl.registry import Registry
+from ragrl.rewards.registry import REWARD_CHECKS, REWARDS
+from ragrl.rollout.protocol import PROTOCOLS, TextProtocol, set_default_text_protocol
+from ragrl.rollout.runners import RUNNERS
+
+# How a trained run of a method is evaluated (`ragrl eval --run`, `ragrl compare`): an LM agent with
+# its adapter and rollout settings; a pipeline of agents; a retriever (encoder) feeding a frozen reader.
+Evaluation = Literal["agent", "pipeline", "retriever"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method's declaration (see the module docstring). Every mapping is name -> object."""
+
+    name: str
+    paper: str                                   # citation: authors, venue / arXiv id
+    trains: str                                  # what RL trains, in a few words
+    protocols: tuple[type[TextProtocol], ...] = ()   # text protocols it adds (registered by .name)
+    # Episode runners it adds, for protocols whose episodes are not multi-turn (a pipeline).
+    runners: Mapping[str, Callable] = field(default_factory=dict)
+    rewards: Mapping[str, Callable[..., float]] = field(default_factory=dict)
+    # Checks of a reward's option values, run when a recipe is loaded (before any rollout).
+    reward_checks: Mapping[str, Callable[..., None]] = field(default_factory=dict)
+    # Its rewards that score a generated answer (refused where no answer is generated).
+    answer_rewards: tuple[str, ...] = ()
+    # SFT warm-start builders (cfg, model, tokenizer, retriever) -> trajectories: `sft.builder` names.
+    sft_builders: Mapping[str, Callable] = field(default_factory=dict)
+    # Policy setups it adds (what is trained and how it rolls out): `policy:` names, e.g. retriever.
+    setups: Mapping[str, Callable] = field(default_factory=dict)
+    # The TrainConfig section that only this method reads (HARR: "retriever"), if any.
+    config_section: str | None = None
+    # Checks of the settings this method owns, run on every resolved config (so its settings are
+    # refused where they would be ignored, and bad combinations of them before any work).
+    check: Callable[[Any], None] | None = None
+    # Metrics it adds to the training curves (curves.png), beyond the core's.
+    plot_keys: tuple[str, ...] = ()
+    # Metrics its evaluation adds, from the answering trajectories (MMOA-RAG: selector F1).
+    eval_metrics: Callable[[list], dict] | None = None
+    # `ragrl train --check`: the files, indexes and models its setup would open, one line each.
+    preflight: Callable[[Any], list[str]] | None = None
+    evaluation: Evaluation = "agent"
+    recipes: tuple[str, ...] = ()                # its shipped recipes (ragrl/recipes/<name>.yaml)
+    # Its protocol reads plain text when a reward is given neither a trajectory nor a protocol.
+    default_text_protocol: bool = False
+
+
+METHODS: Registry[Method] = Registry("method")
+
+
+@dataclass
+class Setup:
+    """What the trainer trains, and how it rolls out, evaluates and exports it: built by a policy
+    setup (`policy: lm`, the core's, or one a method adds) from the resolved config.
+
+        trajs, stats = setup.rollout(samples, rollout_cfg, group_offset)
+        setup.policy                    # a ragrl.policy.Policy: collate / forward / reference
+        setup.evaluate(samples, seed, per_question)   # held-out metrics (percent, 95% CIs)
+        setup.export(target_dir, gathered_state | None)   # what a later stage or `ragrl eval` loads
+    """
+
+    policy: Policy
+    rollout: Callable          # (samples, RolloutConfig, group_offset) -> (trajectories, stats)
+    evaluate: Callable         # (samples, seed, per_question) -> dict of metrics
+    export: Callable           # (target_dir, gathered_state | None) -> None
+    artifact: str = "adapter"  # what export writes: run_dir/final_<artifact>, best_<artifact>
+    shardable: bool = True     # whether FSDP may shard policy.module
+    trains: Callable = lambda traj: True   # which rolled-out trajectories the update learns from
+    # Before the first step: the training questions to keep, (questions, reward_fn, run_dir, writer)
+    # -> questions (HARR's filter); None keeps them all.
+    select_questions: Callable | None = None
+    extras: dict = field(default_factory=dict)   # the engine, retriever, sampler... for callers
+
+
+def register_method(method: Method) -> Method:
+    """Put the method's parts into the core's registries; returns the method (for module constants).
+
+    Names must be new: a second method may not silently replace a protocol or reward of another."""
+    for protocol in method.protocols:
+        PROTOCOLS.register(protocol.name, protocol)
+    for name, runner in method.runners.items():
+        RUNNERS.register(name, runner)
+    for name, reward in method.rewards.items():
+        REWARDS.register(name, reward)
+    for name, check in method.reward_checks.items():
+        REWARD_CHECKS.register(name, check)
+    if method.default_text_protocol:
+        set_default_text_protocol(method.protocols[0].name)
+    METHODS.register(method.name, method)
+    return method
+
+
+def unregister_method(name: str) -> None:
+    """Take a method's parts out of the registries again (a method defined in a test)."""
+    method = METHODS.get(name)
+    if method is None:
+        return
+    METHODS.unregister(name)
+    for protocol in method.protocols:
+        PROTOCOLS.unregister(protocol.name)
+    for registry, names in ((RUNNERS, method.runners), (REWARDS, method.rewards),
+                            (REWARD_CHECKS, method.reward_checks)):
+        for n in names:
+            registry.unregister(n)
+
+
+def method_for(protocol: str, setup: str) -> Method | None:
+    """The method a run belongs to: the one that adds its policy setup (HARR's `retriever`), else
+    the one that adds its protocol; None for a protocol no method declares."""
+    for method in METHODS.values():
+        if setup in method.setups:
+            return method
+    for method in METHODS.values():
+        if any(p.name == protocol for p in method.protocols):
+            return method
+    return None
+
+
+def answer_rewards() -> set[str]:
+    """The rewards that score a generated answer: the core's and every method's."""
+    return {"em", "f1", "cover_em", "format"} | {r for m in METHODS.values() for r in m.answer_rewards}
+
+
+def sft_builders() -> dict[str, Callable]:
+    """Every method's SFT builders, by `sft.builder` name."""
+    return {name: b for m in METHODS.values() for name, b in m.sft_builders.items()}
+
+
+def setups() -> dict[str, Callable]:
+    """Every method's policy setups, by `policy` name."""
+    return {name: s for m in METHODS.values() for name, s in m.setups.items()}

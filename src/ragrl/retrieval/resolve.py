@@ -1,0 +1,50 @@
+"""A retriever from its spec: an index folder (in process), an http(s):// URL (the retrieval server),
+or nothing (BM25 over a corpus, built once and cached under $RAGRL_HOME)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ragrl.errors import RagrlError
+from ragrl.paths import DEMO_CORPUS, KIT_PREFIX, ragrl_home, resolve_kit
+from ragrl.retrieval.base import Retriever
+from ragrl.retrieval.client import RetrievalClient
+from ragrl.retrieval.index import cached_index, load_index
+from ragrl.retrieval.inprocess import InProcessRetriever
+from ragrl.retrieval.settings import ServerSettings
+
+
+def make_retriever(spec: str | Path, **options) -> Retriever:
+    """`http(s)://...` -> RetrievalClient(spec, **options); an index directory -> InProcessRetriever.
+
+    For a directory, `options` may hold `encoder` (passed to load_index) and ServerSettings
+    fields; for a URL, RetrievalClient keyword arguments (token, timeout, retries, ...).
+    """
+    spec = str(spec)
+    if spec.startswith(("http://", "https://")):
+        return RetrievalClient(spec, **options)
+    if "://" in spec:
+        raise RagrlError(f"unsupported retriever URL {spec!r}: use http:// or https://, or an index directory")
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise RagrlError(f"retriever {spec!r} is neither an http(s):// URL nor an existing index directory")
+    encoder = options.pop("encoder", None)
+    try:
+        settings = ServerSettings(**options)
+    except TypeError as e:
+        raise RagrlError(f"bad option for an in-process retriever: {e}") from None
+    return InProcessRetriever(load_index(path, encoder=encoder), settings)
+
+
+def cached_bm25_index(corpus: str | None) -> Path:
+    """Build (once) a BM25 index of `corpus` (default: the bundled demo corpus) under $RAGRL_HOME."""
+    path = resolve_kit(corpus) if corpus else DEMO_CORPUS
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return cached_index(path, ragrl_home() / "indexes" / f"bm25-{digest}", "bm25", progress=False)
+
+
+def retriever_for(index: str | None, corpus: str | None) -> Retriever:
+    """What a run searches: `index` (a folder, `kit:` path or URL), else BM25 over `corpus`."""
+    if index:
+        return make_retriever(str(resolve_kit(index)) if index.startswith(KIT_PREFIX) else index)
+    return make_retriever(str(cached_bm25_index(corpus)))

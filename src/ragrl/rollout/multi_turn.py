@@ -1,0 +1,292 @@
+"""The multi-turn search episode runner: questions in, token-level Trajectories out.
+
+One step of the loop, for every still-active trajectory at once:
+  1. generate one turn (until a protocol stop string, EOS or the turn budget), batched;
+  2. parse each turn into an Action (search / answer / invalid);
+  3. send *every* query of *every* searching trajectory in ONE retriever call;
+  4. tokenise each observation once and append it with action_mask 0.
+
+Token-in/token-out: a trajectory is only ever extended by ids (sampled ids from the engine,
+observation ids from the tokenizer), never re-tokenised from text, so the ids the trainer
+scores are exactly the ids the model saw while sampling.
+
+This module knows nothing about training: it imports only the engine, protocol and
+retriever interfaces.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ragrl.engines.base import Engine, Generation, SamplingParams
+from ragrl.errors import ConfigError
+from ragrl.retrieval.base import DocumentSampler, Hit, Retriever
+from ragrl.retrieval.stochastic import QueryRequest
+from ragrl.rollout.protocol import Action, TextProtocol
+from ragrl.rollout.snippets import snippet, truncate_words
+from ragrl.rollout.trajectory import Trajectory, Turn
+
+
+@dataclass
+class RolloutConfig:
+    """Budgets and sampling for episodes (every limit is per trajectory)."""
+
+    max_turns: int = 4                 # policy turns, answer turn included
+    max_turn_tokens: int = 128         # new tokens per policy turn
+    max_response_tokens: int = 768     # actions + observations after the prompt
+    max_obs_tokens: int = 192          # one observation, tags included
+    passage_words: int = 40            # each passage cut to this many words before the token budget
+    max_queries_per_call: int = 3      # queries honoured from one search action
+    max_searches: int | None = None    # retrieval quota per episode (SmartRAG): a search past it is a format error
+    topk: int = 3
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1                         # samples per question (GRPO/RLOO groups)
+    # The pipeline runner (MMOA-RAG) only: selections sampled per pipeline, each answered; they share
+    # a group, so a group baseline compares selections of the same candidates. Evaluation uses 1.
+    selector_samples: int = 1
+    # The pipeline runner only: answers sampled per selection (one prompt, one group). Evaluation uses 1.
+    generator_samples: int = 1
+    # The pipeline runner only: agents that decode greedily in training rollouts whatever the
+    # temperature, e.g. frozen ones, so their sampling noise does not reach the trained agents'
+    # rewards (a frozen selector sampled at 0.7 keeps a gold first document far less often than
+    # greedily). Evaluation decodes every agent alike.
+    greedy_agents: list[str] = field(default_factory=list)
+    seed: int = 0
+
+
+# Rollout settings that only shape training batches, with the value evaluation gives each (one answer a
+# question, every agent decoded alike), so they never change an evaluated result (nor belong in the key
+# of a cached one).
+TRAINING_ONLY = {"selector_samples": 1, "generator_samples": 1, "greedy_agents": ()}
+
+
+@dataclass
+class _State:
+    """A trajectory under construction."""
+
+    traj: Trajectory
+    done: bool = False
+    pending_queries: list[str] = field(default_factory=list)
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Chat-templated ids of `messages` with the generation prompt appended."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def prompt_ids(tokenizer, protocol: TextProtocol, question: str) -> list[int]:
+    """Chat-templated prompt ids for one question (generation prompt appended)."""
+    return chat_ids(tokenizer, protocol.messages(question))
+
+
+def build_observation(
+    tokenizer, protocol: TextProtocol, queries: list[str], hits: list[list[Hit]], cfg: RolloutConfig
+) -> tuple[str, list[int]]:
+    """Format an observation within `max_obs_tokens`, shortening passages, never the tags.
+
+    Passages shrink first (down to title only); if title-only documents still overflow (three
+    queries x three documents do at the default budget), the lowest-ranked documents of every
+    query are left out, then the query labels are cut. Only a budget smaller than the bare tags
+    can still be exceeded. `turn.passage_ids` keeps every retrieved id either way.
+    """
+    budget = cfg.max_obs_tokens
+
+    def render(qs: list[str], docs: list[list[Hit]]) -> tuple[str, list[int]]:
+        text = protocol.format_observation(qs, docs)
+        return text, tokenizer.encode(text, add_special_tokens=False)
+
+    words = cfg.passage_words
+    while True:
+        # Query-focused snippets: the answer sentence survives the cut more often than with a prefix.
+        short = [[replace(h, text=snippet(h.text, q, words)) for h in hs] for q, hs in zip(queries, hits)]
+        text, ids = render(queries, short)
+        if len(ids) <= budget or words == 0:
+            break
+        # Shrink every passage proportionally to the overshoot; int() floors, so words always drops.
+        words = max(0, int(words * budget / len(ids) * 0.95))
+    for keep in range(max((len(hs) for hs in hits), default=0) - 1, -1, -1):
+        if len(ids) <= budget:
+            break
+        text, ids = render(queries, [hs[:keep] for hs in short])
+    if len(ids) > budget:  # long rag_r1 query labels: keep their first words
+        text, ids = render([truncate_words(q, 6) for q in queries], [[] for _ in hits])
+    return text, ids
+
+
+def run_episodes(
+    engine: Engine,
+    protocol: TextProtocol,
+    retriever: Retriever | None,
+    samples: list[dict],
+    cfg: RolloutConfig,
+    *,
+    group_offset: int = 0,
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Roll out `cfg.n` trajectories per sample; return them (sample-major) and timings.
+
+    samples: dicts with at least `id`, `question`, `answers`.
+    Returns (trajectories, stats) where stats has generate_s, retrieval_s, gen_tokens.
+    """
+    if cfg.selector_samples != 1:
+        raise ConfigError(f"rollout.selector_samples={cfg.selector_samples}: the multi-turn runner has no selector "
+                          "to branch at (only the MMOA pipeline does); leave it at 1")
+    if cfg.generator_samples != 1:
+        raise ConfigError(f"rollout.generator_samples={cfg.generator_samples}: the multi-turn runner has no selection "
+                          "to answer several times (only the MMOA pipeline does); leave it at 1")
+    if cfg.greedy_agents:
+        raise ConfigError(f"rollout.greedy_agents={cfg.greedy_agents}: the multi-turn runner has one policy, no agents "
+                          "to decode apart (only the MMOA pipeline has); leave it empty")
+    tok = engine.tokenizer
+    states: list[_State] = []
+    for i, s in enumerate(samples):
+        p = prompt_ids(tok, protocol, s["question"])
+        for _ in range(cfg.n):
+            states.append(_State(Trajectory(
+                sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
+                token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
+                prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
+            )))
+    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
+    # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
+    # (valid for this call only: the weights do not change inside one rollout).
+    caching = getattr(engine, "prefix_caching", None)
+    sampling_rng = None
+    if isinstance(retriever, DocumentSampler):   # a retriever policy draws its documents: seeded per rollout
+
+        sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
+    with caching() if caching is not None else contextlib.nullcontext():
+        for turn_idx in range(cfg.max_turns):
+            active = [st for st in states if not st.done]
+            if not active:
+                break
+            params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings) for st in active]
+            t0 = time.perf_counter()
+            gens = engine.generate([st.traj.token_ids for st in active], params)
+            stats["generate_s"] += time.perf_counter() - t0
+            for st, g in zip(active, gens):
+                _apply_action(st, g[0], protocol, tok, cfg, last_turn=turn_idx == cfg.max_turns - 1)
+                stats["gen_tokens"] += len(g[0].token_ids)
+            searching = [st for st in active if st.pending_queries]
+            if searching:
+                t0 = time.perf_counter()
+                _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
+                stats["retrieval_s"] += time.perf_counter() - t0
+    for st in states:
+        if not st.done:
+            st.done, st.traj.stop_reason = True, "max_turns"
+    return [st.traj for st in states], stats
+
+
+def _turn_params(traj: Trajectory, cfg: RolloutConfig, turn_idx: int, stop: list[str]) -> SamplingParams:
+    used = len(traj.token_ids) - traj.prompt_len
+    budget = max(1, min(cfg.max_turn_tokens, cfg.max_response_tokens - used))
+    seed = None if cfg.seed is None else cfg.seed * 1_000_003 + turn_idx
+    return SamplingParams(max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p,
+                          stop=list(stop), n=1, seed=seed)
+
+
+def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig,
+                  *, last_turn: bool) -> None:
+    """Append the sampled turn (mask 1) and decide what the episode does next."""
+    t = st.traj
+    t.token_ids += g.token_ids
+    t.action_mask += [1] * len(g.token_ids)
+    t.logprobs += list(g.logprobs)
+    t.num_turns += 1
+    # An engine that leaves `text` empty: decode without the final EOS, as HFEngine's text does,
+    # so action_text never depends on which engine produced the turn.
+    text_ids = g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids
+    text = g.text or tok.decode(text_ids, skip_special_tokens=False)
+    action: Action = protocol.parse(text)
+    turn = Turn(action_text=text, kind=action.kind, error=action.error)
+    t.turns.append(turn)
+    if action.kind == "answer":
+        t.answer, st.done, t.stop_reason = action.answer, True, "answer"
+        return
+    if action.kind == "search" and cfg.max_searches is not None and t.num_searches >= cfg.max_searches:
+        action = Action("invalid", error=f"search past the quota of {cfg.max_searches}")
+        turn.kind, turn.error = action.kind, action.error
+    if action.kind == "search":
+        turn.queries = action.queries[: cfg.max_queries_per_call]
+        t.num_searches += 1
+        st.pending_queries = list(turn.queries)
+    else:
+        t.format_errors += 1
+        if protocol.invalid_ends_episode:
+            # SmartRAG: an unparseable step ends the episode (its reward carries the penalty).
+            st.done, t.stop_reason = True, "format_error"
+            return
+        if g.stop_reason == "eos":
+            # The model closed its turn without acting: nothing more will come from it.
+            st.done, t.stop_reason = True, "no_answer"
+            return
+        # No hint after the final turn or once the budget is spent: no action would follow it.
+        if not last_turn and len(t.token_ids) - t.prompt_len < cfg.max_response_tokens:
+            obs = protocol.format_feedback(action.error or "no action")
+            _append_observation(st, turn, obs, tok.encode(obs, add_special_tokens=False), cfg)
+    if last_turn and not st.done:
+        st.pending_queries = []
+        st.done, t.stop_reason = True, "max_turns"
+    elif len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
+        st.pending_queries = []
+        st.done, t.stop_reason = True, "max_tokens"
+
+
+def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retriever: Retriever | None,
+                          tok, cfg: RolloutConfig, generator=None) -> None:
+    """One batched retrieval call for every query of every searching trajectory.
+
+    A retriever that can `sample` (the retriever is the policy, HARR) draws each query's documents
+    and the draw is recorded on the trajectory as a retrieval action; its query text carries the
+    episode's question and earlier searches (history)."""
+    flat = [q for st in searching for q in st.pending_queries]
+    if retriever is not None and flat and isinstance(retriever, DocumentSampler):
+        requests = [QueryRequest(st.traj.question, q, _search_history(st.traj))
+                    for st in searching for q in st.pending_queries]
+        drawn = retriever.sample(requests, cfg.topk, generator=generator)
+        hits = [h for h, _ in drawn]
+        owners = [st for st in searching for _ in st.pending_queries]
+        for st, (_, action) in zip(owners, drawn):
+            if action is not None:
+                st.traj.retrievals.append(action)
+    else:
+        hits = retriever.search(flat, cfg.topk) if retriever is not None and flat else [[] for _ in flat]
+    pos = 0
+    for st in searching:
+        qs, st.pending_queries = st.pending_queries, []
+        mine = hits[pos: pos + len(qs)]
+        pos += len(qs)
+        turn = st.traj.turns[-1]
+        turn.passage_ids = [[h.id for h in hs] for hs in mine]
+        turn.passage_titles = [[h.title for h in hs] for hs in mine]
+        obs, ids = build_observation(tok, protocol, qs, mine, cfg)
+        _append_observation(st, turn, obs, ids, cfg)
+
+
+def _search_history(traj: Trajectory) -> list[dict]:
+    """Earlier searches of this episode as HARR's history: each sub-query and the titles it found
+    (a Search-R1 generator states no intermediate answer, so what was retrieved stands for it)."""
+    out = []
+    for turn in traj.turns[:-1]:
+        for i, q in enumerate(turn.queries):
+            titles = turn.passage_titles[i] if i < len(turn.passage_titles) else []
+            out.append({"sub_query": q, "status": "retrieved" if titles else "no result",
+                        "answer": "; ".join(titles)})
+    return out
+
+
+def _append_observation(st: _State, turn: Turn, obs: str, ids: list[int], cfg: RolloutConfig) -> None:
+    t = st.traj
+    turn.observation = obs
+    t.token_ids += ids
+    t.action_mask += [0] * len(ids)
+    t.logprobs += [0.0] * len(ids)
+    if len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
+        st.done, t.stop_reason = True, "max_tokens"

@@ -1,0 +1,46 @@
+"""Retrieval-only episodes (HARR without a generator): `hops` sampled retrievals per trajectory.
+
+The question is the query; the retriever samples k documents; the trajectory records the draw
+(`Trajectory.retrievals`) and the documents (turn passage ids and text), and rewards read them
+(gold-passage recall, answer in the documents). No tokens are generated, so a step costs a few
+query encodings: this is the cheap, dense-reward setting in which a retriever policy learns on a
+CPU. With hops > 1, each later hop embeds the question with HARR's history of what the earlier
+hops drew (titles and leading words: the next hop's entity is usually named there) and draws k
+passages not drawn yet; the episode's reward is credited to every hop. With a generator in the
+loop, `run_episodes` is the runner and every search it makes is sampled.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever, found_entry
+from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.trajectory import Trajectory, Turn
+
+
+def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], cfg: RolloutConfig, *,
+                           group_offset: int = 0, hops: int = 1) -> tuple[list[Trajectory], dict[str, float]]:
+    """`cfg.n` trajectories per sample (sample-major), each `hops` Plackett–Luce draws of `cfg.topk`."""
+    t0 = time.perf_counter()
+    g = torch.Generator().manual_seed(int(cfg.seed or 0))
+    trajs = [Trajectory(sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
+                        token_ids=[], action_mask=[], logprobs=[], prompt_len=0, group=group_offset + i,
+                        stop_reason="retrieved", metrics={"protocol": "retrieval"})
+             for i, s in enumerate(samples) for _ in range(cfg.n)]
+    found: list[list[list]] = [[] for _ in trajs]      # per trajectory, the hits of each hop so far
+    row = retriever.index.corpus.row
+    for _ in range(hops):
+        requests = [QueryRequest(t.question, t.question, [found_entry(t.question, hs) for hs in f],
+                                 [row(h.id) for hs in f for h in hs]) for t, f in zip(trajs, found)]
+        for t, f, (hits, action) in zip(trajs, found, retriever.sample(requests, cfg.topk, generator=g)):
+            f.append(hits)
+            t.turns.append(Turn(action_text=t.question, kind="search", queries=[t.question],
+                                passage_ids=[[h.id for h in hits]], passage_titles=[[h.title for h in hits]],
+                                observation="\n".join(f"{h.title}. {h.text}" for h in hits)))
+            if action is not None:
+                t.retrievals.append(action)
+            t.num_searches += 1
+            t.num_turns += 1
+    return trajs, {"generate_s": 0.0, "retrieval_s": time.perf_counter() - t0, "gen_tokens": 0}

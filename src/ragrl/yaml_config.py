@@ -1,0 +1,363 @@
+"""Typed configs: dataclasses filled from YAML recipes and `--set key.sub=value` overrides.
+
+Resolution order (later wins): the `base:` recipe chain, the recipe itself, the chosen
+entry of its `variants:` mapping, then the command-line overrides. Everything is merged
+as plain dicts first and only then checked against the dataclass fields, so every
+mistake (unknown key, wrong type) is reported with its full dotted key.
+
+    @dataclass
+    class Optim:
+        lr: float = 1e-6
+    @dataclass
+    class Recipe:
+        model: str = "smollm2-135m"
+        optim: Optim = field(default_factory=Optim)
+
+    cfg = load_config(Recipe, "recipes/search_r1.yaml", ["optim.lr=3e-6"], variant="tiny")
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, TypeVar, Union
+
+import yaml
+
+from ragrl.errors import ConfigError
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- enumerations from registries
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Annotated[str, Choice(names)]: a string that must be one of `names()`, read when a config is
+    loaded. The names come from a registry, so an enumeration is written once (where its entries
+    are registered) and a method registered later is a valid value at once.
+
+    >>> @dataclasses.dataclass
+    ... class C:
+    ...     colour: Annotated[str, Choice(lambda: ["blue", "red"])] = "red"
+    >>> config_from_dict(C, {"colour": "blue"}).colour
+    'blue'
+    >>> config_from_dict(C, {"colour": "bleu"})
+    Traceback (most recent call last):
+    ...
+    ragrl.errors.ConfigError: colour: 'bleu' is not one of blue, red; did you mean 'blue'?
+    """
+
+    names: Callable[[], list[str]]
+
+
+# ---------------------------------------------------------------- reading recipes
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"recipe not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}".replace("\n", " ")) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """A new dict: `override` over `base`, merging nested mappings key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_recipe(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """The recipe's mapping with its `base:` chain merged in (base paths are relative to the file)."""
+    path = Path(path).expanduser().resolve()
+    if path in _chain:
+        raise ConfigError(f"recipe inheritance loop: {' -> '.join(str(p) for p in (*_chain, path))}")
+    data = _read_yaml(path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: 'base' must be a path to another recipe, got {base!r}")
+    return deep_merge(read_recipe(path.parent / base, (*_chain, path)), data)
+
+
+# ---------------------------------------------------------------- overrides
+
+@dataclasses.dataclass(frozen=True)
+class _Override:
+    """An override value as typed (`text`) and as YAML reads it (`value`).
+
+    We keep the text so that a str field gets exactly what the user wrote:
+    `--set tag=1.10` stays "1.10" and `--set mode=on` stays "on" instead of True.
+    """
+
+    text: str
+    value: Any
+
+
+def _split_override(item: str) -> tuple[list[str], str]:
+    key, sep, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(p.strip() for p in parts):
+        raise ConfigError(f"override {item!r} must look like key.sub=value")
+    return [p.strip() for p in parts], text.strip()
+
+
+def _parse(items: list[str] | None, keep_text: bool) -> dict:
+    tree: dict = {}
+    for item in items or []:
+        parts, text = _split_override(item)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # not valid YAML (e.g. "a: b: c"): take it literally as a string
+        node = tree
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[parts[-1]] = _Override(text, value) if keep_text and not isinstance(value, dict) else value
+    return tree
+
+
+def parse_overrides(items: list[str] | None) -> dict:
+    """["a.b=1", "c=[x, y]"] -> {"a": {"b": 1}, "c": ["x", "y"]} (values read as YAML)."""
+    return _parse(items, keep_text=False)
+
+
+# ---------------------------------------------------------------- type checking
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def _fail(key: str, tp: Any, value: Any) -> typing.NoReturn:
+    raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def _exact_match(value: Any, tp: Any) -> bool:
+    """Whether value already has type tp, so that a Union tries that member first."""
+    origin = typing.get_origin(tp) or tp
+    if origin in (int, float, str, bool):
+        return type(value) is origin
+    if dataclasses.is_dataclass(origin):
+        return isinstance(value, Mapping)
+    return isinstance(origin, type) and isinstance(value, origin)
+
+
+def _unwrap(value: Any) -> Any:
+    """An untyped value (e.g. inside `reward: dict`) with every parsed override inside it resolved."""
+    if isinstance(value, _Override):
+        return value.value
+    if isinstance(value, Mapping):
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """`value` checked against (and converted to) the annotation `tp`, or ConfigError."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(value, _Override) and origin not in (Union, types.UnionType, Annotated):
+        wants_text = tp is str or (origin is Literal and value.text in args)
+        value = value.text if wants_text and not isinstance(value.value, str) else value.value
+    if tp is Any or tp is object:
+        return _unwrap(value)
+    if origin is Annotated:
+        choices = [m for m in tp.__metadata__ if isinstance(m, Choice)]
+        value = _coerce(value, args[0], key)
+        for choice in choices:
+            known = list(choice.names())
+            if value not in known:
+                near = difflib.get_close_matches(str(value), [str(a) for a in known], n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, known))}{hint}")
+        return value
+
+    if origin in (Union, types.UnionType):  # try the member the value already is first
+        parsed = value.value if isinstance(value, _Override) else value
+        if parsed is None and type(None) in args:
+            return None
+        members = sorted((a for a in args if a is not type(None)), key=lambda a: not _exact_match(parsed, a))
+        for member in members:
+            try:
+                return _coerce(value, member, key)
+            except ConfigError:
+                continue
+        _fail(key, tp, parsed)
+    if origin is Literal:
+        if value in args:
+            return value
+        near = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(str(a) for a in args)}{hint}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            _fail(key, tp, value)
+        return _build(tp, value, key + ".")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        _fail(key, tp, value)
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):  # YAML reads "1e3" as a string
+            try:
+                f = float(value)
+                if f.is_integer():
+                    return int(f)
+            except ValueError:
+                pass
+        _fail(key, tp, value)
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-5" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        _fail(key, tp, value)
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        _fail(key, tp, value)
+    if tp is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+        _fail(key, tp, value)
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple, set, frozenset):
+        container = origin or tp
+        if not isinstance(value, (list, tuple)):
+            _fail(key, tp, value)
+        if container is tuple and args and args[-1] is not Ellipsis:  # tuple[int, str]: fixed length
+            if len(args) != len(value):
+                raise ConfigError(f"config key '{key}': expected {len(args)} items, got {len(value)}")
+            return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        item_tp = args[0] if args else Any
+        return container(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            _fail(key, tp, value)
+        key_tp, val_tp = args if args else (Any, Any)
+        return {_coerce(k, key_tp, f"{key}.{k}"): _coerce(v, val_tp, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return value if isinstance(value, tp) else tp(value)
+        except ValueError:
+            raise ConfigError(f"config key '{key}': expected one of {[m.value for m in tp]}, got {value!r}") from None
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        _fail(key, tp, value)
+    raise ConfigError(f"config key '{key}': unsupported field type {_type_name(tp)}")
+
+
+def _init_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.init]
+
+
+def _build(cls: type[T], data: Mapping, prefix: str = "") -> T:
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except NameError as e:
+        raise ConfigError(f"cannot resolve the field types of {cls.__name__}: {e}") from None
+    fields = {f.name: f for f in _init_fields(cls)}
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(prefix + c) for c in close)}?" if close else ""
+            raise ConfigError(f"unknown config key '{prefix}{key}'{hint} (valid keys here: {', '.join(fields)})")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = _coerce(data[name], hints[name], prefix + name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"config key '{prefix}{name}' is required but was not given")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:  # __post_init__ validation
+        raise ConfigError(f"invalid {prefix.rstrip('.') or cls.__name__} config: {e}") from None
+
+
+# ---------------------------------------------------------------- public API
+
+def config_from_dict(cls: type[T], data: Mapping) -> T:
+    """Build a (nested) dataclass from a plain mapping, checking keys and types."""
+    if not dataclasses.is_dataclass(cls):
+        raise ConfigError(f"{cls!r} is not a dataclass")
+    return _build(cls, data)
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
+                *, variant: str | None = None) -> T:
+    """Resolve recipe (+ base chain) + variant + overrides into an instance of `cls`."""
+    data = read_recipe(path) if path is not None else {}
+    variants = data.pop("variants", None) or {}
+    if not isinstance(variants, Mapping):
+        raise ConfigError(f"{path}: 'variants' must map a variant name to overrides")
+    if variant is not None:
+        if path is None:
+            raise ConfigError(f"variant {variant!r} was asked for but no recipe file was given")
+        if variant not in variants:
+            close = difflib.get_close_matches(variant, list(variants), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ConfigError(f"{path}: no variant {variant!r}{hint} (variants: {', '.join(variants) or 'none'})")
+        chosen = variants[variant] or {}
+        if not isinstance(chosen, Mapping):
+            raise ConfigError(f"{path}: variant {variant!r} must be a mapping of overrides")
+        data = deep_merge(data, chosen)
+    data = deep_merge(data, _parse(overrides, keep_text=True))
+    return config_from_dict(cls, data)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in _init_fields(type(value))}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def config_to_dict(cfg: Any) -> dict:
+    """The config as plain dicts/lists/scalars (what dump_config writes)."""
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        raise ConfigError(f"config_to_dict needs a dataclass instance, got {type(cfg).__name__}")
+    return _plain(cfg)
+
+
+def dump_config(cfg: Any, path: str | Path) -> Path:
+    """Write the resolved config as YAML; load_config(type(cfg), path) gives it back."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path

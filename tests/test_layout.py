@@ -1,0 +1,44 @@
+"""tests/ mirrors src/ragrl: each folder of tests/ is a package of ragrl, and each test file is named
+after the module (or subpackage) of that package it tests: test_<module>.py, or
+test_<module>_<aspect>.py for a second file on one module."""
+from __future__ import annotations
+
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src" / "ragrl"
+# Folders of tests/ that test what is not in the package: the experiments' own code, snapshots.
+OUTSIDE = {"experiments", "snapshots"}
+# Tests of the whole package rather than one module.
+WHOLE = {"test_layering.py", "test_layout.py", "test_packaging.py"}
+
+
+def modules(folder: Path) -> set[str]:
+    return {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | \
+           {p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+
+
+def misplaced() -> list[str]:
+    bad = []
+    for test in sorted(TESTS.rglob("test_*.py")):
+        rel = test.relative_to(TESTS)
+        if rel.parts[0] in OUTSIDE or (len(rel.parts) == 1 and rel.name in WHOLE):
+            continue
+        folder = SRC.joinpath(*rel.parts[:-1])
+        if not folder.is_dir():
+            bad.append(f"{rel}: src/ragrl/{'/'.join(rel.parts[:-1])} is not a package")
+            continue
+        stem = rel.stem.removeprefix("test_")
+        if not any(stem == m or stem.startswith(m + "_") for m in modules(folder) | {folder.name}):
+            bad.append(f"{rel}: no module {stem!r} in src/ragrl/{'/'.join(rel.parts[:-1]) or '.'}")
+    return bad
+
+
+def test_tests_mirror_the_package():
+    assert not misplaced(), "test files that do not mirror src/ragrl:\n" + "\n".join(misplaced())
+
+
+def test_every_package_has_a_test_folder():
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = sorted(p for p in packages if not (TESTS / p).is_dir() and p not in {"recipes", "data"})
+    assert not missing, f"packages with no tests/ folder: {missing}"

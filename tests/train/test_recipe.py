@@ -1,0 +1,114 @@
+"""The shipped recipes: found as package data, resolved exactly as before the reorganisation, and
+every recipe and variant trains one step on the tiny model (chained stages included)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from ragrl.errors import ConfigError
+from ragrl.methods import METHODS
+from ragrl.paths import DEMO_CORPUS
+from ragrl.train.recipe import bundled_recipes, load_train_config, recipe_listing, recipe_variants, resolve_recipe, run_recipe
+
+SNAPSHOT = Path(__file__).with_name("snapshots") / "resolved_recipes.json"
+CASES = [(name, variant) for name, path in sorted(bundled_recipes().items())
+         for variant in [None, *recipe_variants(path)]]
+
+
+def test_recipes_are_package_data_found_by_name_and_typos_are_named():
+    recipes = bundled_recipes()
+    assert {"search_r1_grpo", "search_r1_ppo", "r1_searcher_stage1", "r1_searcher_stage2", "rag_r1_ppo",
+            "smartrag_ppo", "mmoa_mappo", "harr_grpo", "harr_ppo"} <= set(recipes)
+    assert resolve_recipe("search_r1_grpo") == recipes["search_r1_grpo"]
+    assert "site-packages" in str(recipes["search_r1_grpo"]) or "src/ragrl/recipes" in str(recipes["search_r1_grpo"])
+    with pytest.raises(ConfigError, match="recipe not found: 'search_r1_gpro'.*search_r1_grpo"):
+        resolve_recipe("search_r1_gpro")
+
+
+def test_every_method_declares_recipes_that_ship_and_every_recipe_belongs_to_a_method():
+    shipped = set(bundled_recipes())
+    declared = {r for m in METHODS.values() for r in m.recipes}
+    assert declared == shipped
+    rows = recipe_listing()
+    assert {r["recipe"] for r in rows} == shipped
+    grpo = next(r for r in rows if r["recipe"] == "search_r1_grpo")
+    assert grpo["method"] == "search_r1" and "tiny" in grpo["variants"]
+
+
+@pytest.mark.parametrize("name,variant", CASES, ids=[f"{n}:{v or ''}" for n, v in CASES])
+def test_each_recipe_resolves_to_its_committed_snapshot(name, variant):
+    """The resolved config of every recipe and variant equals the one committed before recipes moved
+    into the package and the methods into ragrl.methods (behaviour unchanged)."""
+    want = json.loads(SNAPSHOT.read_text())[f"{name}:{variant or ''}"]
+    assert asdict(load_train_config(name, [], variant)) == want
+
+
+def test_the_snapshot_covers_every_recipe_and_variant():
+    assert set(json.loads(SNAPSHOT.read_text())) == {f"{n}:{v or ''}" for n, v in CASES}
+
+
+@pytest.fixture(scope="module")
+def small_dense_dir(tmp_path_factory):
+    """A real MiniLM dense index over the demo questions' context passages (~200), for HARR recipes."""
+    from ragrl.datasets import load_questions
+    from ragrl.retrieval.corpus import load_corpus
+    from ragrl.retrieval.index import build_index
+
+    root = tmp_path_factory.mktemp("dense")
+    wanted = {pid for q in load_questions("demo-train")[:40] for pid in q.get("context_passage_ids") or []}
+    corpus = load_corpus(DEMO_CORPUS)
+    rows = [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i]}
+            for i in range(len(corpus)) if corpus.ids[i] in wanted]
+    path = root / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return build_index(path, root / "index", kind="dense", progress=False)
+
+
+def one_step_overrides(cfg, out: Path, tiny_model_dir, demo_bm25_dir, small_dense_dir) -> list[str]:
+    """Settings that shrink any recipe to one step on the tiny model and the demo data, keeping
+    its method, estimator, reward and stages."""
+    sets = [f"out_dir={out}", "steps=1", "questions_per_step=2", "save_every=1", "eval_every=0", "keep_best=null",
+            "eval_start=false", "data.train=demo-train", "data.eval=demo-eval", "data.eval_n=2",
+            "algo.minibatch_size=4", "algo.micro_batch_size=2", "critic_warmup=0",
+            "rollout.n=2"]
+    if cfg.policy == "lm":
+        sets += [f"model.name={tiny_model_dir}", "model.dtype=float32", "model.lora_layers=null",
+                 f"data.index={demo_bm25_dir}", "data.corpus=null", "data.vectors=null",
+                 "rollout.max_turns=2", "rollout.max_turn_tokens=16", "rollout.max_response_tokens=48"]
+        if cfg.sft.steps > 0:
+            sets += ["sft.steps=1", "sft.batch_size=2", "sft.max_questions=4"]
+    else:
+        sets += [f"data.index={small_dense_dir}", "data.corpus=null", "data.vectors=null",
+                 "retriever.filter_questions=false", "retriever.pool=8"]
+    return sets
+
+
+@pytest.mark.parametrize("name,variant", CASES, ids=[f"{n}:{v or ''}" for n, v in CASES])
+def test_every_recipe_and_variant_trains_one_step(name, variant, tmp_path, tiny_model_dir, demo_bm25_dir,
+                                                  small_dense_dir):
+    """One real step of each shipped recipe (its SFT stage first where it has one); R1-Searcher's
+    stage 2 starts from the adapter stage 1 wrote, as its recipe chains them."""
+    cfg = load_train_config(name, [], variant)
+    stage_one = None
+    if cfg.model.init_adapter and not Path(cfg.model.init_adapter).exists():   # a chained stage
+        first = name.replace("stage2", "stage1")
+        assert first != name and first in bundled_recipes(), f"{name}: where does {cfg.model.init_adapter} come from?"
+        base = load_train_config(first, [], variant)
+        stage_one = tmp_path / "stage1"
+        run_recipe(load_train_config(first, one_step_overrides(base, stage_one, tiny_model_dir, demo_bm25_dir,
+                                                               small_dense_dir), variant))
+    sets = one_step_overrides(cfg, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
+    if stage_one is not None:
+        sets.append(f"model.init_adapter={stage_one / 'final_adapter'}")
+    cfg = load_train_config(name, sets, variant)
+    run_dir = run_recipe(cfg)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["step"] == 0
+    assert rows[0]["time/update_s"] > 0
+    artifact = "final_encoder" if cfg.policy != "lm" else "final_adapter"
+    assert (run_dir / artifact).is_dir()
+    if cfg.sft.steps > 0 and stage_one is None:
+        assert (run_dir / "sft" / "adapter" / "adapter_config.json").is_file()
