@@ -43,7 +43,7 @@ LAYERS = [
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Optional or heavy dependencies a function may import late (each such line carries a comment).
-LAZY = ("vllm", "pyarrow", "peft", "fastapi", "uvicorn", "starlette", "wandb", "mlflow", "faiss", "sentence_transformers",
+LAZY = ("vllm", "pyarrow", "peft", "matplotlib", "fastapi", "uvicorn", "starlette", "wandb", "mlflow", "faiss", "sentence_transformers",
         "torch.distributed", "torch.utils.tensorboard", "huggingface_hub", "deepspeed", "trl",
         "ragrl.retrieval.server")
 

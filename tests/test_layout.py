@@ -42,3 +42,11 @@ def test_every_package_has_a_test_folder():
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     missing = sorted(p for p in packages if not (TESTS / p).is_dir() and p not in {"recipes", "data"})
     assert not missing, f"packages with no tests/ folder: {missing}"
+
+
+def test_every_folder_of_code_is_a_package():
+    """A folder of modules without __init__.py is a namespace package: it imports, but pytest's
+    doctest collection then puts the folder itself on sys.path, where engines/vllm.py shadows vllm."""
+    loose = sorted(str(d.relative_to(SRC)) for d in SRC.rglob("*") if d.is_dir() and d.name != "__pycache__"
+                   and any(d.glob("*.py")) and not (d / "__init__.py").exists())
+    assert not loose, f"folders of modules with no __init__.py: {loose}"

@@ -58,7 +58,7 @@ def small_dense_dir(tmp_path_factory):
     from ragrl.retrieval.index import build_index
 
     root = tmp_path_factory.mktemp("dense")
-    wanted = {pid for q in load_questions("demo-train")[:40] for pid in q.get("context_passage_ids") or []}
+    wanted = {pid for q in load_questions("demo-train")[:12] for pid in q.get("context_passage_ids") or []}
     corpus = load_corpus(DEMO_CORPUS)
     rows = [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i]}
             for i in range(len(corpus)) if corpus.ids[i] in wanted]
@@ -83,6 +83,9 @@ def one_step_overrides(cfg, out: Path, tiny_model_dir, demo_bm25_dir, small_dens
     else:
         sets += [f"data.index={small_dense_dir}", "data.corpus=null", "data.vectors=null",
                  "retriever.filter_questions=false", "retriever.pool=8"]
+        if cfg.retriever.generator:   # the frozen reader: the tiny model stands in for SmolLM2
+            sets += [f"retriever.generator={tiny_model_dir}", "model.dtype=float32", "rollout.max_turns=2",
+                     "rollout.max_turn_tokens=16", "rollout.max_response_tokens=48"]
     return sets
 
 

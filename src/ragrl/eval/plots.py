@@ -9,8 +9,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from ragrl.errors import RagrlError
 from ragrl.eval.stats import METRIC_TITLES, QA_METRICS, summary_of
@@ -18,7 +16,8 @@ from ragrl.eval.stats import METRIC_TITLES, QA_METRICS, summary_of
 DPI = 100
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
+def _save(fig, path: str | Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # late: matplotlib takes ~0.5 s to import
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
@@ -32,6 +31,7 @@ def bar_chart(results: dict[str, dict], path: str | Path, *, figsize: tuple[floa
 
     results: {system: {"summary": ...}}, evaluate()'s {system: {"trajectories", "wall_s"}}, or {system: summary}. The PNG is figsize * 100 px.
     """
+    from matplotlib.figure import Figure  # late: matplotlib takes ~0.5 s to import
     if not results:
         raise RagrlError("bar_chart: no systems to plot")
     systems = list(results)
@@ -88,6 +88,7 @@ def line_plot(metrics_rows: Sequence[dict], keys: Sequence[str], path: str | Pat
     (cols' * panel_w, rows * panel_h) * 100 px where cols' = min(cols, plotted keys).
     Returns the keys that were plotted.
     """
+    from matplotlib.figure import Figure  # late: matplotlib takes ~0.5 s to import
     if not 0.0 <= smooth < 1.0:
         raise RagrlError(f"line_plot: smooth must be in [0, 1), got {smooth}")
     series = {k: _series(metrics_rows, k, x) for k in keys}
