@@ -111,4 +111,8 @@ def test_its_names_are_checked_on_load_like_the_shipped_ones(seventh_method, tmp
 def test_a_second_method_may_not_take_a_registered_name(seventh_method):
     with pytest.raises(ConfigError, match="protocol 'ask_say' is registered twice"):
         register_method(Method(name="other", paper="", trains="", protocols=(type("P", (AskProtocol,), {}),)))
-    assert METHODS["ask_say"] is seventh_method
+    with pytest.raises(ConfigError, match="SFT builder 'gold_search' is registered twice"):
+        register_method(Method(name="other", paper="", trains="", sft_builders={"gold_search": print}))
+    with pytest.raises(ConfigError, match="policy setup 'retriever' is registered twice"):
+        register_method(Method(name="other", paper="", trains="", setups={"retriever": print}))
+    assert METHODS["ask_say"] is seventh_method and "other" not in METHODS

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragrl.policy.base import Policy
+from ragrl.errors import ConfigError
 from ragrl.registry import Registry
-from ragrl.rewards.registry import REWARD_CHECKS, REWARDS
+from ragrl.rewards.registry import ANSWER_REWARDS, REWARD_CHECKS, REWARDS
 from ragrl.rollout.protocol import PROTOCOLS, TextProtocol, set_default_text_protocol
 from ragrl.rollout.runners import RUNNERS
 
@@ -46,8 +47,6 @@ class Method:
     sft_builders: Mapping[str, Callable] = field(default_factory=dict)
     # Policy setups it adds (what is trained and how it rolls out): `policy:` names, e.g. retriever.
     setups: Mapping[str, Callable] = field(default_factory=dict)
-    # The TrainConfig section that only this method reads (HARR: "retriever"), if any.
-    config_section: str | None = None
     # Checks of the settings this method owns, run on every resolved config (so its settings are
     # refused where they would be ignored, and bad combinations of them before any work).
     check: Callable[[Any], None] | None = None
@@ -93,7 +92,13 @@ class Setup:
 def register_method(method: Method) -> Method:
     """Put the method's parts into the core's registries; returns the method (for module constants).
 
-    Names must be new: a second method may not silently replace a protocol or reward of another."""
+    Names must be new: a second method may not silently replace a protocol, reward, SFT builder or
+    policy setup of another (nor the core's `gold_search` builder or `lm` setup)."""
+    for kind, names, taken in (("SFT builder", method.sft_builders, {"gold_search", *sft_builders()}),
+                               ("policy setup", method.setups, {"lm", *setups()})):
+        clash = sorted(set(names) & taken)
+        if clash:
+            raise ConfigError(f"{kind} {clash[0]!r} is registered twice")
     for protocol in method.protocols:
         PROTOCOLS.register(protocol.name, protocol)
     for name, runner in method.runners.items():
@@ -136,7 +141,7 @@ def method_for(protocol: str, setup: str) -> Method | None:
 
 def answer_rewards() -> set[str]:
     """The rewards that score a generated answer: the core's and every method's."""
-    return {"em", "f1", "cover_em", "format"} | {r for m in METHODS.values() for r in m.answer_rewards}
+    return set(ANSWER_REWARDS) | {r for m in METHODS.values() for r in m.answer_rewards}
 
 
 def sft_builders() -> dict[str, Callable]:

@@ -39,6 +39,8 @@ REWARDS: Registry[RewardFn] = Registry("reward", {
     "gold_recall": gold_recall_reward,
     "answer_in_docs": answer_in_docs_reward,
 })
+# The generic rewards that score a generated answer or its format (each method declares its own).
+ANSWER_REWARDS = ("em", "f1", "cover_em", "format")
 # Checks of a reward's option *values* (not only their names), run when a recipe is loaded.
 REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check")
 

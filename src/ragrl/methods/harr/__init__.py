@@ -30,7 +30,6 @@ METHOD = register_method(Method(
     paper="HARR (Reinforcement Fine-Tuning for History-Aware Dense Retriever in RAG)",
     trains="the query encoder of a dense retriever (Plackett–Luce draws); the generator stays frozen",
     setups={"retriever": retriever_setup},
-    config_section="retriever",
     check=check_harr_settings,
     preflight=preflight,
     plot_keys=("gold_recall", "eval/recall"),
