@@ -65,7 +65,7 @@ def main() -> None:
         result = {**json.loads(source.read_text()), "curve": [], "evaluated_with": args.overrides}
     else:
         trainer = Trainer(cfg)
-        dense = trainer.setup.sampler.index
+        dense = trainer.setup.extras["sampler"].index
         t0 = time.perf_counter()
         rows = trainer.train(progress=True, time_budget_s=args.minutes * 60)
         train_s = time.perf_counter() - t0
@@ -84,7 +84,7 @@ def main() -> None:
     def searches(encoder) -> dict:
         """The systems one encoder gives: top k, or with hops > 1 the hops with HARR's history and,
         to measure what the history adds, the same number of passages without it (top k·hops)."""
-        hist = StochasticRetriever(dense, encoder, history=rc.history)
+        hist = StochasticRetriever(dense, encoder, history=rc.history, history_words=rc.history_words)
         if rc.hops == 1:
             return {"": hist.search}
         flat = StochasticRetriever(dense, encoder, history=False)
@@ -112,7 +112,7 @@ def main() -> None:
         if step in metrics:
             point.update({k_: metrics[step][k_] for k_ in ("eval/recall", "eval/recall_lo", "eval/recall_hi")})
         result["curve"].append(point)
-        (out.with_suffix(".json")).write_text(json.dumps(result, indent=1))
+        (out.parent / f"{out.name}.json").write_text(json.dumps(result, indent=1))
     best = json.loads((run_dir / "best.json").read_text())
     kept = QueryEncoder(str(run_dir / "best_encoder"))
     result["kept"] = best
@@ -137,13 +137,13 @@ def main() -> None:
     if args.downstream:   # RL against base; with hops, also what the history adds to each encoder
         pairs = [("base", "rl")] + ([("base_no_history", "base"), ("rl_no_history", "rl")] if rc.hops > 1 else [])
         result["downstream"] = downstream(cfg, tests, systems, pairs, args.downstream_n)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    (out.parent / f"{out.name}.json").write_text(json.dumps(result, indent=1))
     if not args.run or args.run == args.name:   # the run's own training curve (not another run's again)
         line_plot(read_metrics(run_dir), ["reward_mean", "eval/recall"], out.parent / f"{args.name}_train.png",
                   smooth=0.0)
     if result["curve"]:
         line_plot(result["curve"], [f"{n}/recall" for n in tests] + [f"{n}/answer_at_k" for n in tests],
-                  out.with_suffix(".png"), cols=2)
+                  out.parent / f"{out.name}.png", cols=2)
     print(json.dumps({"kept": best, "final": {n: r["paired"] for n, r in result["final"].items()},
                       "pooled": result["pooled"]["paired"], "downstream": result.get("downstream")}, indent=1))
 

@@ -104,14 +104,15 @@ def test_a_group_embeds_its_text_once_and_still_draws_independently(kit):
 
 
 def test_two_hop_episode_embeds_what_hop_one_found_and_never_draws_it_again(kit):
-    sampler = StochasticRetriever(kit["dense"], QueryEncoder("all-minilm-l6-v2"), pool=10, temperature=0.5)
+    sampler = StochasticRetriever(kit["dense"], QueryEncoder("all-minilm-l6-v2"), pool=10, temperature=0.5,
+                                  history_words=5)
     qs = kit["questions"][:2]
     trajs, _ = run_retrieval_episodes(sampler, qs, RolloutConfig(n=4, topk=3, seed=0), hops=2)
     assert len(trajs) == 8 and all(len(t.retrievals) == 2 and t.num_searches == 2 for t in trajs)
     for t in trajs:
         first, second = t.retrievals
         assert first.query_text == t.question                                  # hop 1: the plain question
-        assert second.query_text.startswith(f"Original Question: {t.question}\nHistory: ")
+        assert second.query_text.startswith(f"{t.question}\nFound: ")         # hop 2: question + what hop 1 drew
         assert all(title in second.query_text for title in t.turns[0].passage_titles[0])
         assert not set(first.candidate_rows[p] for p in first.sampled) & set(second.candidate_rows)
         assert len(second.candidate_rows) == 10
@@ -120,6 +121,31 @@ def test_two_hop_episode_embeds_what_hop_one_found_and_never_draws_it_again(kit)
     batch = collate_retrievals(trajs)
     assert batch.action_mask.shape == (8, 2)
     assert torch.allclose(policy.forward(batch)["logprobs"], batch.old_logprobs, atol=1e-4)
+
+
+def test_shared_first_hops_make_a_tree_and_every_hop_gets_a_gradient(kit):
+    """history_branches=2: each half of a group shares its first hop (so the second hop embeds at
+    most 2 histories per question), the second hops are each trajectory's own, and both hops'
+    log-probs reach the encoder's weights."""
+    encoder = QueryEncoder("all-minilm-l6-v2")
+    sampler = StochasticRetriever(kit["dense"], encoder, pool=10, temperature=1.0)
+    qs = kit["questions"][:3]
+    trajs, _ = run_retrieval_episodes(sampler, qs, RolloutConfig(n=8, topk=3, seed=0), hops=2, history_branches=2)
+    for g in range(3):
+        group = trajs[8 * g:8 * g + 8]
+        for block in (group[:4], group[4:]):
+            assert len({tuple(t.turns[0].passage_ids[0]) for t in block}) == 1
+            assert len({t.retrievals[1].query_text for t in block}) == 1
+        assert len({tuple(t.turns[1].passage_ids[0]) for t in group}) > 2     # last hops drawn per trajectory
+        assert len({t.retrievals[1].query_text for t in group}) <= 2
+    policy = RetrieverPolicy(encoder, sampler.embeddings, 1.0)
+    batch = collate_retrievals(trajs)
+    assert torch.allclose(policy.forward(batch)["logprobs"], batch.old_logprobs, atol=1e-4)
+    weight = encoder.st[0].auto_model.encoder.layer[0].attention.self.query.weight
+    for hop in range(2):
+        encoder.zero_grad()
+        policy.forward(batch)["logprobs"][:, hop].sum().backward()
+        assert weight.grad is not None and float(weight.grad.abs().sum()) > 0, hop
 
 
 def test_deterministic_hops_extend_top_k_with_passages_not_found_yet(kit):
@@ -271,6 +297,9 @@ def test_killed_encoder_run_resumes_to_the_uninterrupted_metrics(kit, tmp_path):
 
     sets = {"data.index": kit["index_dir"], "data.train": kit["root"] / "train.jsonl", "steps": 4,
             "save_every": 2, "questions_per_step": 4, "rollout.n": 4, "retriever.pool": 10, "eval_every": 0,
+            # the tiny recipe's two hops (a tree of 2 branches) over ~120 passages: a warmer draw keeps
+            # every step's groups from going flat, so each step's gradient differs
+            "retriever.temperature": 0.5,
             "keep_best": "null", "ema_decay": 0.5,
             "lr": 3e-4, "seed": 3}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(tmp_path / "home")}
@@ -322,7 +351,7 @@ def test_retriever_quickstart_end_to_end_on_a_small_index(kit, tiny_model_dir, t
     train = write_jsonl(tmp_path / "train.jsonl", questions[6:])
     sets = [f"data.index={kit['index_dir']}", f"data.train={train}", f"data.eval={train}", "data.eval_n=6",
             f"model.name={tiny_model_dir}", "model.dtype=float32", "steps=4", "eval_every=2", "keep_best=recall",
-            "questions_per_step=3", "retriever.pool=10", "lr=3e-4"]
+            "questions_per_step=3", "retriever.pool=10", "lr=3e-4", "retriever.hops=2", "retriever.history_branches=2"]
     report = run_retriever_quickstart(str(tmp_path / "qs"), sets, minutes=None, downstream_n=2,
                                       test_sets={"small": str(test), "small2": str(test2)})
     small = report["sets"]["small"]
@@ -333,7 +362,12 @@ def test_retriever_quickstart_end_to_end_on_a_small_index(kit, tiny_model_dir, t
     assert set(report["pooled"]["paired"]["RL encoder"]) == {"recall", "answer_at_k"}
     assert report["settings"]["steps"] == 4 and report["settings"]["best"]["step"] in (2, 4)
     md = (tmp_path / "qs" / "before_after.md").read_text()
-    assert "gold recall@3" in md and "RL encoder" in md and "Δ vs base encoder" in md
+    # two hops of 3: the reader is given 6, and the base encoder searches the same two hops
+    assert "gold recall@6" in md and "RL encoder" in md and "Δ vs base encoder" in md
+    assert all(len(row["hits"]) == 6 for row in report["pooled"]["base encoder"].get("per_question", {}).values())
+    assert "Hop that first brought the answer" in md and "answer@6 base → RL (questions gained / lost)" in md
+    shares = report["pooled"]["first_gold_hop"]["base encoder"]
+    assert len(shares) == 2 and 0 <= sum(shares) <= 100.0 + 1e-9
     assert "all held-out questions, pooled (6: small, small2)" in md
     assert (tmp_path / "qs" / "training_curves.png").stat().st_size > 0
     assert (tmp_path / "qs" / "rl" / "best_encoder" / "modules.json").exists()
@@ -360,8 +394,10 @@ def test_eval_cli_compares_the_index_encoder_with_a_saved_query_encoder(kit, tmp
 
 
 def test_eval_run_takes_the_trained_runs_own_settings(kit, tmp_path):
-    """`ragrl eval --run RUN`: the index, the query encoder (best on the held-apart slice, else final)
-    and the rollout settings come from the run; the report records them."""
+    """A two-hop run trains (both hops in every step's update); `ragrl eval --run RUN` then takes the
+    index, the query encoder (best on the held-apart slice, else final), the hops and the history
+    from the run, for the index's encoder and the trained one alike, and reports the k the reader
+    is given (2 hops of 2) with the hop that first found a gold passage."""
     from ragrl.train.recipe import load_train_config
     from ragrl.train.trainer import Trainer
 
@@ -369,15 +405,59 @@ def test_eval_run_takes_the_trained_runs_own_settings(kit, tmp_path):
     cfg = load_train_config("harr_grpo", [
         f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}", "steps=2", "eval_every=1",
         f"data.eval={kit['root'] / 'train.jsonl'}", "questions_per_step=4", "retriever.pool=10", "rollout.topk=2",
+        "retriever.hops=2", "retriever.history_branches=2", "retriever.history_words=4",
         "retriever.filter_questions=false", f"out_dir={run}", "save_every=100"], variant="tiny")
-    Trainer(cfg).train(progress=False)
+    rows = Trainer(cfg).train(progress=False)
+    assert all(r["grad_norm"] > 0 for r in rows) and rows[0]["eval/k"] == 4
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     subprocess.run([sys.executable, "-m", "ragrl.cli.main", "eval", "--run", str(run), "--systems", "retrieval",
                     "--data", str(kit["root"] / "train.jsonl"), "--n", "5", "--out", str(tmp_path / "ev")],
                    env=env, check=True, capture_output=True, timeout=300)
     res = json.loads((tmp_path / "ev" / "retrieval.json").read_text())
     assert res["settings"]["query_encoder"] == str(run / "best_encoder")
-    assert res["settings"]["index"] == str(kit["index_dir"]) and res["settings"]["k"] == 2
+    assert res["settings"]["index"] == str(kit["index_dir"]) and res["settings"]["k"] == 4
+    assert res["settings"]["hops"] == 2
+    for system in ("index encoder", "trained encoder"):
+        r = res[system]
+        assert all(len(row["hits"]) == 4 for row in r["per_question"].values())
+        first = [row["gold_hop"] for row in r["per_question"].values()]
+        assert r["gold_hop1"] == 100 * first.count(1) / 5 and r["gold_hop2"] == 100 * first.count(2) / 5
     bad = subprocess.run([sys.executable, "-m", "ragrl.cli.main", "eval", "--run", str(tmp_path), "--out",
                           str(tmp_path / "ev2")], env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "not a ragrl training run directory" in bad.stderr
+
+
+def test_a_time_budget_that_ends_before_the_first_evaluation_still_keeps_a_policy(kit, tmp_path, caplog):
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+
+    run = tmp_path / "run"
+    cfg = load_train_config("harr_grpo", [
+        f"data.index={kit['index_dir']}", f"data.train={kit['root'] / 'train.jsonl'}", "steps=50", "eval_every=25",
+        f"data.eval={kit['root'] / 'train.jsonl'}", "questions_per_step=2", "rollout.n=2", "retriever.pool=10",
+        "retriever.filter_questions=false", f"out_dir={run}", "save_every=100"], variant="tiny")
+    with caplog.at_level("WARNING", logger="ragrl.train"):
+        rows = Trainer(cfg).train(progress=False, time_budget_s=1e-6)
+    assert len(rows) == 1 and "eval/recall" in rows[0]
+    assert "before the first evaluation (eval_every=25)" in caplog.text
+    assert json.loads((run / "best.json").read_text())["step"] == 1
+    assert (run / "best_encoder" / "modules.json").exists()
+    assert read_metrics(run)[-1]["eval/at_time_budget"] == 1.0
+
+
+def test_history_branches_are_refused_where_nothing_would_share_them(kit, tmp_path):
+    from ragrl.train.check import check_combinations
+    from ragrl.train.recipe import load_train_config
+
+    def check(*sets):
+        check_combinations(load_train_config("harr_grpo", [f"data.index={kit['index_dir']}", *sets], variant="tiny"))
+
+    check("retriever.hops=2", "retriever.history_branches=2")
+    with pytest.raises(ConfigError, match="retriever.hops > 1"):
+        check("retriever.hops=1", "retriever.history_branches=2")
+    with pytest.raises(ConfigError, match="retriever.hops > 1"):
+        check("retriever.generator=smollm2-135m-instruct", "retriever.hops=1", "retriever.history_branches=2")
+    with pytest.raises(ConfigError, match="divisor of rollout.n=8"):
+        check("retriever.hops=2", "retriever.history_branches=3")
+    with pytest.raises(ConfigError, match="history_words"):
+        check("retriever.history_words=0")

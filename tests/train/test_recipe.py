@@ -1,4 +1,4 @@
-"""The shipped recipes: found as package data, resolved exactly as before the reorganisation, and
+"""The shipped recipes: found as package data, resolved to their committed snapshot (changed only on purpose), and
 every recipe and variant trains one step on the tiny model (chained stages included)."""
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_every_method_declares_recipes_that_ship_and_every_recipe_belongs_to_a_m
 
 @pytest.mark.parametrize("name,variant", CASES, ids=[f"{n}:{v or ''}" for n, v in CASES])
 def test_each_recipe_resolves_to_its_committed_snapshot(name, variant):
-    """The resolved config of every recipe and variant equals the one committed before recipes moved
-    into the package and the methods into ragrl.methods (behaviour unchanged)."""
+    """The resolved config of every recipe and variant equals the committed one: a recipe (or a
+    config default) changes only on purpose, with the snapshot in the same commit."""
     want = json.loads(SNAPSHOT.read_text())[f"{name}:{variant or ''}"]
     assert asdict(load_train_config(name, [], variant)) == want
 

@@ -43,6 +43,21 @@ def _with_query_encoder(retriever, query_encoder):
     return StochasticRetriever(dense, QueryEncoder(str(query_encoder)))
 
 
+def _multi_hop_searches(base_retriever, trained_retriever, rc) -> dict:
+    """The index's encoder and the trained one, each searching the run's `rc.hops` hops with its
+    history settings (deterministic top k per hop, over the same dense index)."""
+    from ragrl.models.query_encoder import QueryEncoder  # late: keeps `ragrl --help` instant
+    from ragrl.retrieval.stochastic import StochasticRetriever  # late: keeps `ragrl --help` instant
+
+    backend = base_retriever.index.backend
+    dense = getattr(backend, "dense", backend)
+    encoders = {"index encoder": QueryEncoder(rc.encoder)}
+    if trained_retriever is not base_retriever:
+        encoders["trained encoder"] = trained_retriever.encoder
+    return {name: StochasticRetriever(dense, enc, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
+            for name, enc in encoders.items()}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("view")
     def view(
@@ -141,13 +156,19 @@ def register(app: typer.Typer) -> None:
             searches = {"index encoder": base_retriever.search}
             if query_encoder is not None:
                 searches["trained encoder"] = retriever.search
-            comp = compare_retrievers(searches, samples, topk, baseline="index encoder")
+            rc = trained.retriever if trained is not None and trained.policy == "retriever" else None
+            if rc is not None and rc.hops > 1:
+                # the run's own hops and history, for the index's encoder and the trained one alike
+                searches = _multi_hop_searches(base_retriever, retriever, rc)
+            hop_size = topk if rc is not None and rc.hops > 1 else None
+            comp = compare_retrievers(searches, samples, topk, baseline="index encoder", hop_size=hop_size)
             out.mkdir(parents=True, exist_ok=True)
             table = format_comparison(comp, list(searches), "index encoder", f"retrieval on {data}")
             (out / "retrieval.md").write_text(table)
             (out / "retrieval.json").write_text(json.dumps(
                 {**comp, "settings": {"index": index, "query_encoder": str(query_encoder) if query_encoder else None,
-                                      "data_file": data, "n": len(samples), "k": topk}}, indent=1))
+                                      "data_file": data, "n": len(samples), "k": comp["index encoder"]["k"],
+                                      "hops": rc.hops if rc is not None else 1}}, indent=1))
             typer.echo(table)
             if not chosen:
                 return

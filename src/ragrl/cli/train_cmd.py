@@ -80,9 +80,10 @@ def register(app: typer.Typer) -> None:
                                 help="retriever: RL on the query encoder (HARR, full 51k corpus; needs the data kit); "
                                      "agent: SFT + GRPO on the search agent (Search-R1, bundled demo corpus)"),
         set_: list[str] = typer.Option([], "--set", help="override the job's tiny recipe (harr_grpo or search_r1_grpo)"),
-        minutes: float = typer.Option(27.0, "--minutes", min=0.0,
-                                      help="wall-time bound of the whole job; RL gets what the other stages leave "
-                                           "(0: no bound, exactly the recipe's steps)"),
+        minutes: Optional[float] = typer.Option(None, "--minutes", min=0.0,
+                                                help="wall-time bound of the whole job; RL gets what the other stages "
+                                                     "leave, up to the recipe's steps [default: 15 for retriever, 27 for "
+                                                     "agent] (0: no bound, exactly the recipe's steps)"),
     ) -> None:
         """The main job: index, evaluate, RL, evaluate again on held-out questions, print the before/after table."""
         if job not in ("retriever", "agent"):
@@ -90,8 +91,8 @@ def register(app: typer.Typer) -> None:
         if job == "retriever":
             from ragrl.quickstart.retriever_job import run_retriever_quickstart  # late: keeps `ragrl --help` instant
 
-            run_retriever_quickstart(str(out), set_, minutes=minutes or None)
+            run_retriever_quickstart(str(out), set_, minutes=15.0 if minutes is None else (minutes or None))
         else:
             from ragrl.quickstart.agent_job import run_quickstart  # late: keeps `ragrl --help` instant
 
-            run_quickstart(str(out), set_, minutes=minutes or None)
+            run_quickstart(str(out), set_, minutes=27.0 if minutes is None else (minutes or None))

@@ -40,8 +40,13 @@ def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
 
 
 def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = False,
-                   batch_size: int = 64) -> dict:
-    """Deterministic top-k for every question (the question as the query); metrics in percent."""
+                   batch_size: int = 64, hop_size: int | None = None) -> dict:
+    """Deterministic top-k for every question (the question as the query); metrics in percent.
+
+    `search` may return several hops' passages in hop order (k · hops); all of them are scored.
+    hop_size (the passages each hop adds) gives the per-hop breakdown: for each hop h, the share
+    of questions whose first gold passage (`gold_hop{h}`) or first answer-bearing passage
+    (`answer_hop{h}`) came from hop h."""
     t0 = time.perf_counter()
     hits = []
     for s in range(0, len(samples), batch_size):
@@ -51,32 +56,64 @@ def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = 
         row = {"hits": [h.id for h in hs]}
         if q.get("gold_passage_ids"):
             row["recall"] = gold_recall([h.id for h in hs], q["gold_passage_ids"])
+            if hop_size:
+                golds = set(q["gold_passage_ids"])
+                row["gold_hop"] = next((1 + i // hop_size for i, h in enumerate(hs) if h.id in golds), 0)
         if not is_yes_no(q["answers"]):
-            row["answer_at_k"] = answer_in([f"{h.title}. {h.text}" for h in hs], q["answers"])
+            texts = [f"{h.title}. {h.text}" for h in hs]
+            row["answer_at_k"] = answer_in(texts, q["answers"])
+            if hop_size:
+                row["answer_hop"] = next((1 + i // hop_size for i, t in enumerate(texts)
+                                          if answer_in([t], q["answers"])), 0)
         rows[str(q["id"])] = row
-    out = {"k": k, "n": len(samples), "retrieval_wall_s": time.perf_counter() - t0}
-    for key in ("recall", "answer_at_k"):
-        vals = [r[key] for r in rows.values() if key in r]
-        if vals:
-            m, lo, hi = bootstrap_ci(vals)
-            out.update({key: 100 * m, f"{key}_lo": 100 * lo, f"{key}_hi": 100 * hi, f"{key}_n": len(vals)})
+    out = {**summarize_rows(rows, hop_size), "retrieval_wall_s": time.perf_counter() - t0}
+    out["k"] = max([k] + [len(hs) for hs in hits])   # the passages the reader is given (every hop's)
     if per_question:
         out["per_question"] = rows
     return out
 
 
-def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: str) -> dict:
+def summarize_rows(rows: dict, hop_size: int | None = None) -> dict:
+    """`retrieval_eval`'s metrics from its per-question rows ({id: row}), e.g. several sets' rows
+    pooled without searching again: n, recall and answer@k with 95% CIs (percent), and with
+    hop_size the per-hop shares (`gold_hop{h}`, `answer_hop{h}`)."""
+    out = {"k": max((len(r["hits"]) for r in rows.values()), default=0), "n": len(rows)}
+    for key in ("recall", "answer_at_k"):
+        vals = [r[key] for r in rows.values() if key in r]
+        if vals:
+            m, lo, hi = bootstrap_ci(vals)
+            out.update({key: 100 * m, f"{key}_lo": 100 * lo, f"{key}_hi": 100 * hi, f"{key}_n": len(vals)})
+    if hop_size:
+        hops = out["k"] // hop_size
+        for key in ("gold_hop", "answer_hop"):
+            vals = [r[key] for r in rows.values() if key in r]
+            for h in range(1, hops + 1):
+                if vals:
+                    out[f"{key}{h}"] = 100 * sum(v == h for v in vals) / len(vals)
+    return out
+
+
+def compare_rows(rows: dict[str, dict], baseline: str, hop_size: int | None = None) -> dict:
+    """`compare_retrievers`' result from per-question rows already computed ({system: {id: row}})."""
+    out = {name: {**summarize_rows(r, hop_size), "per_question": r} for name, r in rows.items()}
+    out["paired"], out["changed"] = {}, {}
+    for name in rows:
+        if name != baseline:
+            out["paired"][name], out["changed"][name] = paired_rows(rows[baseline], rows[name])
+    return out
+
+
+def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: str, *,
+                       hop_size: int | None = None) -> dict:
     """Evaluate several retrievers on the same questions; paired differences against `baseline`.
 
     searches: {name: search(queries, k)}. Returns {name: metrics, "paired": {name: {metric:
     {diff, lo, hi, p}}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
     counts questions whose top k holds a gold passage (or the answer) only with `name`."""
-    out = {name: retrieval_eval(fn, samples, k, per_question=True) for name, fn in searches.items()}
-    base = out[baseline]["per_question"]
-    out["paired"], out["changed"] = {}, {}
-    for name in searches:
-        if name != baseline:
-            out["paired"][name], out["changed"][name] = paired_rows(base, out[name]["per_question"])
+    evals = {name: retrieval_eval(fn, samples, k, per_question=True, hop_size=hop_size) for name, fn in searches.items()}
+    out = compare_rows({name: e["per_question"] for name, e in evals.items()}, baseline, hop_size)
+    for name, e in evals.items():   # the searches' own k and wall time
+        out[name].update(k=e["k"], retrieval_wall_s=e["retrieval_wall_s"])
     return out
 
 
@@ -120,14 +157,16 @@ def question_kind(q: dict) -> str:
 
 
 def by_question_kind(samples: list[dict], base_rows: dict, new_rows: dict, key: str = "recall") -> list[dict]:
-    """Per question kind: n and the mean `key` (percent) of two retrievers' per-question rows."""
+    """Per question kind: n, the mean `key` (percent) of two retrievers' per-question rows, and the
+    questions where `key` rose (gained) or fell (lost): a regression on one kind shows here first."""
     groups: dict[str, list[tuple[float, float]]] = {}
     for q in samples:
         b, n = base_rows.get(str(q["id"]), {}), new_rows.get(str(q["id"]), {})
         if key in b and key in n:
             groups.setdefault(question_kind(q), []).append((b[key], n[key]))
     return [{"kind": kind, "n": len(v), "base": 100 * sum(x for x, _ in v) / len(v),
-             "new": 100 * sum(y for _, y in v) / len(v)} for kind, v in sorted(groups.items())]
+             "new": 100 * sum(y for _, y in v) / len(v), "gained": sum(y > x for x, y in v),
+             "lost": sum(y < x for x, y in v)} for kind, v in sorted(groups.items())]
 
 
 def format_comparison(result: dict, names: list[str], baseline: str, title: str = "") -> str:

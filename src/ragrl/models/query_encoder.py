@@ -67,18 +67,34 @@ class QueryEncoder(nn.Module):
         # Always eval mode (no dropout): see the module docstring.
         return super().train(False)
 
-    def forward(self, texts: list[str]) -> torch.Tensor:
-        """Unit-norm embeddings [len(texts), dim] with gradients (float32)."""
+    def forward(self, texts: list[str], chunk: int = 16) -> torch.Tensor:
+        """Unit-norm embeddings [len(texts), dim] with gradients (float32).
+
+        Texts are tokenized once, sorted by length and run in chunks of `chunk`, each cut to its
+        own longest text: a batch padded to its longest would spend most of its compute on padding
+        when short questions and long multi-hop histories are encoded together."""
         prep = getattr(self.st, "preprocess", None) or self.st.tokenize   # sentence-transformers >= 6 / < 6
-        features = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in prep(list(texts)).items()}
-        out = self.st(features)["sentence_embedding"].float()
+        features = prep(list(texts))
+        lengths = features["attention_mask"].sum(-1)
+        order = torch.argsort(lengths, stable=True)
+        parts = []
+        for idx in order.split(chunk):
+            width = int(lengths[idx].max())
+            part = {k: (v[idx, :width].to(self.device) if isinstance(v, torch.Tensor) and v.dim() == 2 else v)
+                    for k, v in features.items()}
+            parts.append(self.st(part)["sentence_embedding"].float())
+        out = torch.empty(len(texts), parts[0].shape[-1], device=self.device) if parts else None
+        if out is None:
+            return torch.zeros(0, self.dim, device=self.device)
+        out = out.index_copy(0, order.to(self.device), torch.cat(parts))
         return torch.nn.functional.normalize(out, dim=-1)
 
     @torch.no_grad()
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit-norm embeddings [len(texts), dim] as float32 numpy, without gradients."""
-        parts = [self(texts[i:i + batch_size]).cpu().numpy() for i in range(0, len(texts), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return self(list(texts), chunk=batch_size).cpu().numpy()
 
     def save_encoder(self, out_dir: str | Path) -> Path:
         """Write a plain sentence-transformers folder (LoRA merged): `ragrl eval --query-encoder`

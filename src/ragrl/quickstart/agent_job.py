@@ -83,13 +83,13 @@ def keep_previous_run(out: Path) -> Path | None:
     return dest
 
 
-def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minutes: float | None, cap: int):
+def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minutes: float | None, cap: int | None):
     """The job's tiny recipe writing its RL run to out/rl, after moving an earlier run aside.
     Time-bounded (minutes set and no `steps=` override): RL runs until the time the other stages
-    leave is used up, however many steps that is (`steps` caps `ragrl train`, which has no bound)."""
+    leave is used up or `cap` steps (None: the recipe's own `steps`), whichever comes first."""
 
     cfg = load_train_config(recipe, [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
-    if minutes is not None and "steps" not in parse_overrides(overrides):
+    if minutes is not None and cap is not None and "steps" not in parse_overrides(overrides):
         cfg.steps = cap
     # A bad override fails here: before the earlier run is moved aside and before the index, the
     # model, the baseline evaluation and SFT (the Trainer checks again, too late for those).

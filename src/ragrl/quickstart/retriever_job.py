@@ -2,20 +2,22 @@
 over the full 51k-passage corpus, on a CPU.
 
   1. dense index of the data kit's corpus from its precomputed MiniLM vectors (cached);
-  2. the starting point: the index's own encoder, deterministic top-3, on held-out HotpotQA,
-     MuSiQue and 2Wiki questions (evidence recall@3, answer@3), and a frozen SmolLM2 answering
-     from those passages (naive RAG: EM / F1);
-  3. RL: HARR's retriever policy (`harr_grpo`, tiny): GRPO on the query encoder over
-     Plackett–Luce draws, reward = evidence recall of the drawn documents (+ 0.5 if one holds
-     the answer), training on the dev-pool questions (`multihop-train`), evaluated every 50 steps
-     on questions of every held-out family held apart (`multihop-dev`), which alone chooses the
-     encoder kept (`keep_best: recall`);
+  2. the starting point: the index's own encoder searching as the trained one will (the tiny
+     recipe's hops: two hops of 3, the second embedding HARR's history of what the first found),
+     on held-out HotpotQA, MuSiQue and 2Wiki questions (evidence recall@6, answer@6 of the 6
+     passages the reader is given), and a frozen SmolLM2 answering from those passages (naive RAG);
+  3. RL: HARR's retriever policy (`harr_grpo`, tiny): GRPO on the query encoder over two hops of
+     Plackett–Luce draws, reward = evidence recall of the drawn documents (+ 0.5 if one holds the
+     answer), training on the dev-pool questions (`multihop-train`), evaluated every 50 steps on
+     questions of every held-out family held apart (`multihop-dev`), which alone chooses the
+     encoder kept (`keep_best: answer_at_k`);
   4. the same held-out evaluation with the kept encoder; paired differences against step 2, per
-     set and pooled over all held-out questions (the primary endpoint);
-  5. what RL changed (questions gained / lost), curves (raw and smoothed), reports.
+     set and pooled over all held-out questions, with diagnostics: answer passages gained and lost
+     by question kind, and the hop that first brought a gold passage and the answer;
+  5. curves and reports.
 
 No held-out question takes part in training or in choosing anything. Downstream answers are
-re-generated only for questions whose top 3 changed: the generator decodes greedily, so the
+re-generated only for questions whose passages changed: the generator decodes greedily, so the
 same passages give the same prompt and the same answer.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from rich.console import Console
 from ragrl.engines.registry import make_engine
 from ragrl.eval.harness import EvalConfig, evaluate, score
 from ragrl.eval.plots import line_plot
-from ragrl.eval.retrieval import by_question_kind, compare_retrievers, format_comparison, load_held_out
+from ragrl.eval.retrieval import by_question_kind, compare_retrievers, compare_rows, format_comparison, load_held_out
 from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
@@ -41,10 +43,8 @@ from ragrl.train.run_dir import read_metrics
 from ragrl.train.trainer import Trainer
 
 console = Console()
-# Held-apart recall peaked by step ~150 in the runs the settings were chosen on (experiments/harr/
-# harr_select.py, harr_curve.py): RL stops at the tiny recipe's 400 steps or at the time bound.
-RL_STEP_CAP = 400
-RL_MIN_SHARE = 0.5   # RL's least share of the --minutes bound
+RL_MIN_SHARE = 0.4   # RL's least share of the --minutes bound
+FINAL_EVAL_S = 90    # the held-out retrieval evaluation after RL and the report
 
 
 def naive_rag_answers(engine, search, samples, cfg, reuse: dict | None = None) -> dict:
@@ -76,19 +76,55 @@ def qa_scores(per_q: dict, ids: list[str]) -> dict:
     return rows
 
 
+def retriever_search(dense, encoder: QueryEncoder, rc):
+    """search(questions, k) with `encoder` over `dense` as the run searches: `rc.hops` hops of k,
+    later hops with HARR's history (rc.history, rc.history_words)."""
+    return StochasticRetriever(dense, encoder, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
+
+
+def diagnostics(qs: list[dict], comp: dict, k: int, hops: int, record: dict) -> list[str]:
+    """Report lines that make a regression visible: recall and answer@k by question kind with the
+    questions gained and lost, and with several hops which hop first found a gold passage / the answer."""
+    pq_base, pq_rl = comp["base encoder"]["per_question"], comp["RL encoder"]["per_question"]
+    lines = []
+    for key, label in (("recall", f"gold recall@{k}"), ("answer_at_k", f"answer@{k}")):
+        kinds = by_question_kind(qs, pq_base, pq_rl, key)
+        record[f"{key}_by_kind"] = kinds
+        if kinds:
+            lines.append(f"By question kind, {label} base → RL (questions gained / lost): " + "; ".join(
+                f"{x['kind']} (n={x['n']}) {x['base']:.1f} → {x['new']:.1f} (+{x['gained']} / −{x['lost']})"
+                for x in kinds) + ".")
+    if hops > 1:
+        for key, what in (("gold_hop", "a gold passage"), ("answer_hop", "the answer")):
+            shares = {system: [comp[system].get(f"{key}{h}", 0.0) for h in range(1, hops + 1)]
+                      for system in ("base encoder", "RL encoder")}
+            record[f"first_{key}"] = shares
+            lines.append(f"Hop that first brought {what} (share of questions, hop 1 / … / {hops}): " + "; ".join(
+                f"{system} " + " / ".join(f"{v:.1f}" for v in vals) for system, vals in shares.items()) + ".")
+    return lines
+
+
 def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
-                             minutes: float | None = 27.0, downstream_n: int = 50,
+                             minutes: float | None = 15.0, downstream_n: int = 30,
                              test_sets: dict[str, str] | None = None) -> dict:
     t_start = time.perf_counter()
     out = Path(out_dir)
-    cfg = fresh_run_config("harr_grpo", out, overrides, minutes, RL_STEP_CAP)
+    # RL stops at the tiny recipe's steps (the step count its settings were chosen at, on
+    # multihop-dev: experiments/README.md, "Multi-hop selection") or at the time bound.
+    cfg = fresh_run_config("harr_grpo", out, overrides, minutes, None)
     console.rule("[bold]ragrl quickstart: RL on the retriever (HARR), full 51k-passage corpus")
     console.print("1/5 dense index of the data kit's corpus (precomputed MiniLM vectors), query encoder, test sets")
     tests = load_held_out(test_sets)
     trainer = Trainer(cfg)
+    rc = cfg.retriever
     dense = trainer.setup.extras["sampler"].index
-    base_search = dense.search   # the index's own (frozen) encoder: plain dense retrieval
-    console.print(f"    {len(dense)} passages; test: " + ", ".join(f"{k} {len(v)}" for k, v in tests.items()))
+    # The starting point searches exactly as the trained encoder will: the same hops, history and
+    # passages per hop; only the encoder differs (the index's own, frozen).
+    base_search = retriever_search(dense, QueryEncoder(rc.encoder), rc)
+    k, hop_size = cfg.rollout.topk * rc.hops, (cfg.rollout.topk if rc.hops > 1 else None)
+    console.print(f"    {len(dense)} passages; {rc.hops} hop(s) of {cfg.rollout.topk} passages"
+                  + (" with HARR's history" if rc.hops > 1 and rc.history else "") + f", the reader is given {k}; test: "
+                  + ", ".join(f"{name} {len(v)}" for name, v in tests.items()))
 
     console.print("2/5 starting point: retrieval and naive RAG (frozen SmolLM2) with the index's encoder")
     gen_cfg = replace(cfg.model, lora=False, init_adapter=None)
@@ -103,33 +139,37 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     budget = None
     if minutes is not None:
         # Leave time for the final evaluation (it re-generates only the changed questions: at most as
-        # long as the first) and the report; but RL keeps at least half of the bound, so that a slow
+        # long as the first) and the report; but RL keeps at least 40% of the bound, so that a slow
         # or busy machine overruns the bound a little instead of training for nothing.
-        left = minutes * 60 - (time.perf_counter() - t_start) - base_gen_s - 60
+        left = minutes * 60 - (time.perf_counter() - t_start) - base_gen_s - FINAL_EVAL_S
         budget = max(RL_MIN_SHARE * minutes * 60, left)
-    console.print(f"3/5 RL: harr_grpo (tiny) on {cfg.data.train}, best kept on {cfg.data.eval} (held apart), "
-                  + (f"{budget / 60:.1f} min" if budget else f"{cfg.steps} steps"))
+    console.print(f"3/5 RL: harr_grpo (tiny) on {cfg.data.train}, best kept on {cfg.data.eval} (held apart): "
+                  + (f"up to {cfg.steps} steps or {budget / 60:.1f} min" if budget else f"{cfg.steps} steps"))
     rows = trainer.train(resume=False, time_budget_s=budget)
     best_dir = out / "rl" / "best_encoder"
     best = json.loads((out / "rl" / "best.json").read_text()) if (out / "rl" / "best.json").exists() else None
     kept = best_dir if best else out / "rl" / "final_encoder"
     console.print(f"    {len(rows)} steps ({len(rows) * cfg.questions_per_step * cfg.rollout.n} sampled retrievals); kept "
-                  + (f"the encoder of step {best['step']} ({cfg.data.eval} recall {best['value']:.1f})" if best else "the final encoder"))
+                  + (f"the encoder of step {best['step']} ({cfg.data.eval} {best['metric']} {best['value']:.1f})" if best else "the final encoder"))
 
     console.print("4/5 held-out evaluation with the trained encoder")
-    trained = StochasticRetriever(dense, QueryEncoder(str(kept)))
+    trained_search = retriever_search(dense, QueryEncoder(str(kept)), rc)
     report: dict = {"settings": {"corpus": "data kit corpus/wiki_passages (51,185 passages)", "index": "dense MiniLM, faiss flat",
-                                 "k": cfg.rollout.topk, "train": cfg.data.train, "dev (held apart)": cfg.data.eval,
+                                 "k": k, "hops": rc.hops, "history": rc.history, "train": cfg.data.train, "dev (held apart)": cfg.data.eval,
                                  "steps": len(rows), "kept": str(kept), "best": best, "generator": cfg.model.name,
                                  "minutes": (time.perf_counter() - t_start) / 60}, "sets": {}}
     md = ["# ragrl quickstart: before / after RL on the retriever", "",
-          f"Held-out questions, dense retrieval over the full {len(dense):,}-passage corpus, top {cfg.rollout.topk}. "
+          f"Held-out questions, dense retrieval over the full {len(dense):,}-passage corpus, {k} passages given to "
+          f"the reader ({rc.hops} hop(s) of {cfg.rollout.topk}" + (", later hops with HARR's history" if rc.hops > 1 and rc.history else "")
+          + "; the base encoder searches the same way). "
           f"RL: {len(rows)} GRPO steps on {cfg.data.train}; the encoder kept was chosen on {cfg.data.eval} only. "
           "95% bootstrap CIs; Δ is the paired difference against the starting encoder, p one-sided.", ""]
+    per_set_rows: list[dict] = []
     for name, qs in tests.items():
-        comp = compare_retrievers({"base encoder": base_search, "RL encoder": trained.search}, qs, cfg.rollout.topk,
-                                  baseline="base encoder")
-        down = naive_rag_answers(engine, trained.search, down_samples[name], cfg, reuse=base_down[name])
+        comp = compare_retrievers({"base encoder": base_search, "RL encoder": trained_search}, qs,
+                                  cfg.rollout.topk, baseline="base encoder", hop_size=hop_size)
+        per_set_rows.append({system: comp[system]["per_question"] for system in ("base encoder", "RL encoder")})
+        down = naive_rag_answers(engine, trained_search, down_samples[name], cfg, reuse=base_down[name])
         ids = [str(q["id"]) for q in down_samples[name]]
         qa_base, qa_rl = qa_scores(base_down[name], ids), qa_scores(down, ids)
         qa = {}
@@ -148,15 +188,11 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
         pq_base, pq_rl = comp["base encoder"]["per_question"], comp["RL encoder"]["per_question"]
         n_changed = sum(pq_base[i]["hits"] != pq_rl[i]["hits"] for i in pq_base)
         report["sets"][name]["top_k_changed"] = n_changed
-        md.append(f"RL changed the top {cfg.rollout.topk} of {n_changed} of {len(qs)} questions; "
+        md.append(f"RL changed the {k} passages of {n_changed} of {len(qs)} questions; "
                   f"gold passage recall rose on {ch['recall']['gained']} and fell on {ch['recall']['lost']}"
-                  + (f"; answer@{cfg.rollout.topk} gained {ch['answer_at_k']['gained']}, lost {ch['answer_at_k']['lost']}."
+                  + (f"; answer@{k} gained {ch['answer_at_k']['gained']}, lost {ch['answer_at_k']['lost']}."
                      if "answer_at_k" in ch else "."))
-        kinds = by_question_kind(qs, pq_base, pq_rl)
-        report["sets"][name]["recall_by_kind"] = kinds
-        if len(kinds) > 1:
-            md.append(f"By question kind, gold recall@{cfg.rollout.topk} base → RL: " + "; ".join(
-                f"{k['kind']} (n={k['n']}) {k['base']:.1f} → {k['new']:.1f}" for k in kinds) + ".")
+        md += diagnostics(qs, comp, k, rc.hops, report["sets"][name])
         md += ["", f"Naive RAG with the frozen generator on the first {len(ids)} ({changed} re-generated):", "",
                "| metric | base encoder | RL encoder | Δ [95% CI], p |", "|---|---|---|---|"]
         for key in ("em", "f1"):
@@ -169,13 +205,15 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
         # The primary endpoint, fixed before any held-out run: evidence recall@k over every held-out
         # question, pooled (each question counts once; the sets' own rows above are secondary).
         every = [q for qs in tests.values() for q in qs]
-        comp = compare_retrievers({"base encoder": base_search, "RL encoder": trained.search}, every, cfg.rollout.topk,
-                                  baseline="base encoder")
+        # pooled from the sets' per-question rows (each question counts once; nothing searched again)
+        comp = compare_rows({system: {i: row for rows in per_set_rows for i, row in rows[system].items()}
+                             for system in ("base encoder", "RL encoder")}, "base encoder", hop_size)
         report["pooled"] = {"sets": list(tests), "paired": comp["paired"], "changed": comp["changed"],
                             **{k: {m: x for m, x in comp[k].items() if m != "per_question"}
                                for k in ("base encoder", "RL encoder")}}
         md.append(format_comparison(comp, ["base encoder", "RL encoder"], "base encoder",
                                     f"all held-out questions, pooled ({len(every)}: " + ", ".join(tests) + ")"))
+        md += diagnostics(every, comp, k, rc.hops, report["pooled"]) + [""]
         if any(q.get("gold_source") == "heuristic_evidence" for q in every):
             md += ["2Wiki has no official supporting passages in the kit: its recall is over the kit's heuristic "
                    "evidence passages (the entity's passage and the nearby one holding the answer).", ""]
@@ -183,8 +221,8 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     metrics = read_metrics(out / "rl")
     line_plot(metrics, ["reward_mean", "gold_recall", "flat_group_frac"], out / "training_curves.png", smooth=0.9)
     line_plot(metrics, ["eval/recall", "eval/answer_at_k"], out / "dev_curve.png")
-    md += ["Curves: `training_curves.png` (train reward, raw and EMA 0.9), `dev_curve.png` (held-apart recall@3 / "
-           "answer@3 every 50 steps, with 95% CIs).", ""]
+    md += [f"Curves: `training_curves.png` (train reward, raw and EMA 0.9), `dev_curve.png` (held-apart recall@{k} / "
+           f"answer@{k} every 50 steps, with 95% CIs).", ""]
     (out / "before_after.md").write_text("\n".join(md))
     (out / "before_after.json").write_text(json.dumps(report, indent=1))
     console.rule("[bold]before / after (held-out questions, full corpus)")

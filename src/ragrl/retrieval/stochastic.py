@@ -54,7 +54,7 @@ def found_entry(query: str, hits: list[Hit], words: int = 20) -> dict:
     >>> found_entry("Who wrote Jaws?", [Hit("p1", "Jaws (novel)", "Jaws is a 1974 novel by Peter Benchley. It tells", 0.9)], 8)
     {'sub_query': 'Who wrote Jaws?', 'status': 'retrieved', 'answer': 'Jaws (novel): Jaws is a 1974 novel by Peter Benchley.'}
     """
-    found = " | ".join(f"{h.title}: {' '.join(h.text.split()[:words])}" for h in hits)
+    found = "; ".join(f"{h.title}: {' '.join(h.text.split()[:words])}" for h in hits)
     return {"sub_query": query, "status": "retrieved" if hits else "no result", "answer": found}
 
 
@@ -64,7 +64,10 @@ def query_text(req: QueryRequest, *, history: bool = True, instruction: str = ""
     With history (HARR), a follow-up search carries the original question and what earlier
     searches found, so two episodes that issue the same sub-query in different states embed
     differently. A first search whose query *is* the question has nothing to add and embeds as
-    the plain question, so an untrained encoder starts from ordinary dense retrieval.
+    the plain question, so an untrained encoder starts from ordinary dense retrieval. A later hop
+    without a generator (its query is the question again) has no sub-queries to list: it embeds
+    the question and what the earlier hops found, compactly (every token of it is re-encoded with
+    gradients in the update, once per distinct history).
 
     >>> query_text(QueryRequest("Who wrote Jaws?", "Who wrote Jaws?"))
     'Who wrote Jaws?'
@@ -72,11 +75,17 @@ def query_text(req: QueryRequest, *, history: bool = True, instruction: str = ""
     Original Question: Q?
     History: [{"sub_query": "Jaws author", "status": "retrieved", "answer": "Peter Benchley"}]
     Query: Benchley
+    >>> print(query_text(QueryRequest("Q?", "Q?", [{"sub_query": "Q?", "status": "retrieved", "answer": "Jaws: a novel"}])))
+    Q?
+    Found: Jaws: a novel
     >>> query_text(QueryRequest("Q?", "Benchley", [{"sub_query": "x", "status": "retrieved", "answer": "y"}]), history=False)
     'Benchley'
     """
-    if not history or (not req.history and req.query.strip() == req.question.strip()):
+    same = req.query.strip() == req.question.strip()
+    if not history or (same and not req.history):
         text = req.query
+    elif same:
+        text = f"{req.question}\nFound: " + " | ".join(h["answer"] for h in req.history)
     else:
         text = (f"Original Question: {req.question}\nHistory: {json.dumps(req.history, ensure_ascii=False)}\n"
                 f"Query: {req.query}")
@@ -91,14 +100,14 @@ class StochasticRetriever:
     """
 
     def __init__(self, index, encoder, *, pool: int = 30, temperature: float = 0.05,
-                 history: bool = True, instruction: str = ""):
+                 history: bool = True, instruction: str = "", history_words: int = 8):
         if pool < 1:
             raise ConfigError(f"retriever.pool must be >= 1, got {pool}")
         if not temperature > 0:
             raise ConfigError(f"retriever.temperature must be > 0, got {temperature}")
         self.index, self.encoder = index, encoder
         self.pool, self.temperature = min(int(pool), len(index)), float(temperature)
-        self.history, self.instruction = history, instruction
+        self.history, self.instruction, self.history_words = history, instruction, int(history_words)
         self.embeddings = torch.from_numpy(np.ascontiguousarray(index.embeddings, dtype=np.float32))
 
     def __len__(self) -> int:
@@ -121,8 +130,12 @@ class StochasticRetriever:
                     for q, h, o in zip(questions, history, out)]
             for i, hits in enumerate(self._top(reqs, k)):
                 out[i] += hits
-                history[i].append(found_entry(questions[i], hits))
+                history[i].append(found_entry(questions[i], hits, self.history_words))
         return out
+
+    def searcher(self, hops: int = 1):
+        """`search(queries, k)` for `hops` hops: plain top k, or `search_hops` (k per hop)."""
+        return self.search if hops == 1 else (lambda queries, k: self.search_hops(queries, k, hops))
 
     def _top(self, requests: list[QueryRequest], k: int) -> list[list[Hit]]:
         texts = [self.text(r) for r in requests]

@@ -21,8 +21,15 @@ from ragrl.rollout.trajectory import Trajectory, Turn
 
 
 def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], cfg: RolloutConfig, *,
-                           group_offset: int = 0, hops: int = 1) -> tuple[list[Trajectory], dict[str, float]]:
-    """`cfg.n` trajectories per sample (sample-major), each `hops` Plackett–Luce draws of `cfg.topk`."""
+                           group_offset: int = 0, hops: int = 1,
+                           history_branches: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
+    """`cfg.n` trajectories per sample (sample-major), each `hops` Plackett–Luce draws of `cfg.topk`.
+
+    history_branches B > 0: the hops before the last are drawn once per block of n / B consecutive
+    trajectories of a group and shared by the block (a tree of B branches), so the last hop sees
+    B distinct histories per question. Each trajectory still records every hop's action, so a
+    shared draw is credited with the mean advantage of its block: the tree's unbiased estimate.
+    """
     t0 = time.perf_counter()
     g = torch.Generator().manual_seed(int(cfg.seed or 0))
     trajs = [Trajectory(sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
@@ -30,12 +37,19 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
                         stop_reason="retrieved", metrics={"protocol": "retrieval"})
              for i, s in enumerate(samples) for _ in range(cfg.n)]
     found: list[list[list]] = [[] for _ in trajs]      # per trajectory, the hits of each hop so far
-    row = retriever.index.corpus.row
-    for _ in range(hops):
-        requests = [QueryRequest(t.question, t.question, [found_entry(t.question, hs) for hs in f],
-                                 [row(h.id) for hs in f for h in hs]) for t, f in zip(trajs, found)]
-        for t, f, (hits, action) in zip(trajs, found, retriever.sample(requests, cfg.topk, generator=g)):
-            f.append(hits)
+    row, words = retriever.index.corpus.row, retriever.history_words
+    block = cfg.n // history_branches if history_branches else 1
+    for hop in range(hops):
+        # the trajectories that draw at this hop; the others copy their block leader's draw
+        shared = block > 1 and hop < hops - 1
+        drawers = [i for i in range(len(trajs)) if not shared or i % block == 0]
+        requests = [QueryRequest(trajs[i].question, trajs[i].question,
+                                 [found_entry(trajs[i].question, hs, words) for hs in found[i]],
+                                 [row(h.id) for hs in found[i] for h in hs]) for i in drawers]
+        drawn = dict(zip(drawers, retriever.sample(requests, cfg.topk, generator=g)))
+        for i, t in enumerate(trajs):
+            hits, action = drawn[i - i % block if shared else i]
+            found[i].append(hits)
             t.turns.append(Turn(action_text=t.question, kind="search", queries=[t.question],
                                 passage_ids=[[h.id for h in hits]], passage_titles=[[h.title for h in hits]],
                                 observation="\n".join(f"{h.title}. {h.text}" for h in hits)))

@@ -115,6 +115,14 @@ class RetrieverConfig:
     # history of what earlier hops found and draws `rollout.topk` passages not found yet;
     # evaluation then scores all hops' passages (k · hops).
     hops: int = 1
+    # Without a generator, what a later hop's query carries of each passage earlier hops drew: its
+    # title and first `history_words` words (where the next hop's entity is usually named).
+    history_words: int = 8
+    # Without a generator and with hops > 1: the hops before the last are drawn once per block of
+    # rollout.n / history_branches trajectories of a group and shared by the block (a tree), so a
+    # later hop embeds at most history_branches distinct histories per question instead of
+    # rollout.n (each is re-encoded with gradients in the update). 0: every trajectory draws every hop.
+    history_branches: int = 0
     # HARR's question filter: before training, keep only questions whose reward varies across a
     # group of samples from the starting encoder (the kept ids are saved; a resume reuses them).
     filter_questions: bool = True

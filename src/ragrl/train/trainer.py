@@ -161,6 +161,8 @@ class Trainer:
                 elapsed = time.perf_counter() - t_begin
                 if time_budget_s is not None and rows and elapsed * (len(rows) + 1) / len(rows) > time_budget_s:
                     log.info("time budget of %.0f s reached at step %d", time_budget_s, self.step)
+                    if cfg.keep_best and self.step % cfg.eval_every:   # the last step was not evaluated
+                        self._evaluate_at_stop(rows[-1], logger)
                     self._save()
                     break
                 row = self.train_step()
@@ -187,6 +189,21 @@ class Trainer:
         if self.rank == 0:
             self._finish(final_state)
         return rows
+
+    def _evaluate_at_stop(self, last: dict, logger) -> None:
+        """The time budget ended between evaluations (eval_every): evaluate the policy as it stands,
+        so `keep_best` weighs the steps since the last evaluation too, and a run stopped before its
+        first evaluation still keeps a policy."""
+        first = not (self.run_dir / "best.json").exists()
+        log.log(logging.WARNING if first else logging.INFO,
+                "the time budget ended after %d steps, %s (eval_every=%d): evaluating the policy of step %d on %s",
+                self.step, "before the first evaluation" if first else "between evaluations", self.cfg.eval_every,
+                self.step, self.cfg.data.eval)
+        row = {f"eval/{k}": v for k, v in self.evaluate().items()}
+        last.update(row)
+        self._keep_best(row, after=self.step)
+        if logger is not None:
+            logger.log(self.step - 1, {**row, "eval/at_time_budget": 1.0})
 
     def _finish(self, state: dict | None = None) -> None:
         """The policy's final artifact (adapter or encoder, for chained stages) and curve plots."""

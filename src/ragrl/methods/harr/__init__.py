@@ -21,6 +21,14 @@ def check_harr_settings(cfg) -> None:
     if cfg.retriever.hops > 1 and cfg.retriever.generator:
         raise ConfigError("retriever.hops: with a generator, the generator decides when to search again; "
                           "set retriever.hops=1 or retriever.generator=null")
+    branches = cfg.retriever.history_branches
+    if branches and (cfg.retriever.hops == 1 or cfg.retriever.generator):
+        raise ConfigError("retriever.history_branches shares the draws of the hops before the last, so it needs "
+                          "retriever.hops > 1 and retriever.generator=null; set it to 0")
+    if branches and (branches < 2 or cfg.rollout.n % branches):
+        raise ConfigError(f"retriever.history_branches={branches} must be 0 or a divisor of rollout.n={cfg.rollout.n} "
+                          "of at least 2 (with 1, every trajectory of a group shares its earlier hops, and a group "
+                          "estimator gives them no signal)")
     if cfg.policy == "retriever" and cfg.shard_params:
         raise ConfigError("shard_params: a retriever policy cannot be sharded with FSDP; set shard_params=false")
 

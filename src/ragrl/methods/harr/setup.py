@@ -39,14 +39,15 @@ def retriever_setup(cfg, *, retriever=None, model_bundle=None) -> Setup:
         raise ConfigError(f"retriever.encoder {rc.encoder!r} makes {encoder.dim}-d vectors but the index "
                           f"{cfg.data.index} holds {dense.dim}-d ones")
     sampler = StochasticRetriever(dense, encoder, pool=rc.pool, temperature=rc.temperature,
-                                  history=rc.history, instruction=rc.instruction)
+                                  history=rc.history, instruction=rc.instruction, history_words=rc.history_words)
     policy = RetrieverPolicy(encoder, sampler.embeddings, rc.temperature,
                              with_value_head=cfg.algo.has_critic, with_reference=cfg.algo.kl_coef > 0)
     generator = frozen_generator(cfg) if rc.generator else None
 
     def rollout(samples, rcfg, group_offset):
         if generator is None:
-            return run_retrieval_episodes(sampler, samples, rcfg, group_offset=group_offset, hops=rc.hops)
+            return run_retrieval_episodes(sampler, samples, rcfg, group_offset=group_offset, hops=rc.hops,
+                                          history_branches=rc.history_branches)
         engine, protocol = generator
         return run_episodes(engine, protocol, sampler, samples, replace(rcfg, temperature=rc.generator_temperature),
                             group_offset=group_offset)
