@@ -105,7 +105,7 @@ def diagnostics(qs: list[dict], comp: dict, k: int, hops: int, record: dict) -> 
 
 
 def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
-                             minutes: float | None = 15.0, downstream_n: int = 30,
+                             minutes: float | None = 15.0, downstream_n: int = 20,
                              test_sets: dict[str, str] | None = None) -> dict:
     t_start = time.perf_counter()
     out = Path(out_dir)

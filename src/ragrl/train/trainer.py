@@ -130,9 +130,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- public
     def train(self, *, resume: bool = False, progress=True, time_budget_s: float | None = None) -> list[dict]:
-        """Run (or continue) training to cfg.steps, or fewer: with `time_budget_s`, no step starts
-        that would (at the mean step time so far) end past the budget. Return this call's rows."""
+        """Run (or continue) training to cfg.steps, or fewer: with `time_budget_s` (this call's wall
+        time, the question filter and the start's evaluation included), no step starts that would
+        (at the mean step time so far) end past the budget. Return this call's rows."""
         cfg = self.cfg
+        t_call = time.perf_counter()
         prepare_run_dir(self.run_dir, resume=resume)
         if self.rank == 0:
             write_resolved_config(self.run_dir, asdict(cfg))
@@ -156,10 +158,12 @@ class Trainer:
         rows = []
         bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
         t_begin = time.perf_counter()
+        before_steps = t_begin - t_call   # the filter and the start's evaluation spent the budget too
         try:
             while self.step < cfg.steps:
                 elapsed = time.perf_counter() - t_begin
-                if time_budget_s is not None and rows and elapsed * (len(rows) + 1) / len(rows) > time_budget_s:
+                if (time_budget_s is not None and rows
+                        and before_steps + elapsed * (len(rows) + 1) / len(rows) > time_budget_s):
                     log.info("time budget of %.0f s reached at step %d", time_budget_s, self.step)
                     if cfg.keep_best and self.step % cfg.eval_every:   # the last step was not evaluated
                         self._evaluate_at_stop(rows[-1], logger)
