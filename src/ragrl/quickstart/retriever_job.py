@@ -99,7 +99,8 @@ def diagnostics(qs: list[dict], comp: dict, k: int, hops: int, record: dict) -> 
             shares = {system: [comp[system].get(f"{key}{h}", 0.0) for h in range(1, hops + 1)]
                       for system in ("base encoder", "RL encoder")}
             record[f"first_{key}"] = shares
-            lines.append(f"Hop that first brought {what} (share of questions, hop 1 / … / {hops}): " + "; ".join(
+            order = " / ".join(f"hop {h}" for h in range(1, hops + 1))
+            lines.append(f"Hop that first brought {what} (share of questions, {order}): " + "; ".join(
                 f"{system} " + " / ".join(f"{v:.1f}" for v in vals) for system, vals in shares.items()) + ".")
     return lines
 
