@@ -29,9 +29,8 @@ def main() -> None:
 
     from ragrl.eval.retrieval import load_held_out, paired_rows, question_kind, retrieval_eval
     from ragrl.eval.tables import write_results
-    from ragrl.methods.harr.setup import load_dense_backend
+    from ragrl.methods.harr.setup import load_dense_backend, run_search
     from ragrl.models.query_encoder import QueryEncoder
-    from ragrl.retrieval.stochastic import StochasticRetriever
     from ragrl.train.config import TrainConfig
     from ragrl.yaml_config import load_config
 
@@ -48,8 +47,7 @@ def main() -> None:
     for name, run in runs.items():
         trained = QueryEncoder(str(run / "best_encoder"))
         for label, encoder in ((f"{name}, trained", trained), (f"{name}, base", base_encoder)):
-            systems[label] = StochasticRetriever(dense, encoder, history=rc[name].history,
-                                                 history_words=rc[name].history_words).searcher(hops)
+            systems[label] = run_search(dense, encoder, rc[name])
     tests = load_held_out()
     slices = {"MuSiQue dev": tests["musique_dev"],
               "HotpotQA dev, bridge": [q for q in tests["hotpotqa_dev"] if question_kind(q) == "bridge"],

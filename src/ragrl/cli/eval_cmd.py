@@ -46,16 +46,15 @@ def _with_query_encoder(retriever, query_encoder):
 def _multi_hop_searches(base_retriever, trained_retriever, rc) -> dict:
     """The index's encoder and the trained one, each searching the run's `rc.hops` hops with its
     history settings (deterministic top k per hop, over the same dense index)."""
+    from ragrl.methods.harr.setup import run_search  # late: keeps `ragrl --help` instant
     from ragrl.models.query_encoder import QueryEncoder  # late: keeps `ragrl --help` instant
-    from ragrl.retrieval.stochastic import StochasticRetriever  # late: keeps `ragrl --help` instant
 
     backend = base_retriever.index.backend
     dense = getattr(backend, "dense", backend)
     encoders = {"index encoder": QueryEncoder(rc.encoder)}
     if trained_retriever is not base_retriever:
         encoders["trained encoder"] = trained_retriever.encoder
-    return {name: StochasticRetriever(dense, enc, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
-            for name, enc in encoders.items()}
+    return {name: run_search(dense, enc, rc) for name, enc in encoders.items()}
 
 
 def register(app: typer.Typer) -> None:

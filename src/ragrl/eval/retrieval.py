@@ -96,7 +96,13 @@ def summarize_rows(rows: dict, hop_size: int | None = None) -> dict:
 def compare_rows(rows: dict[str, dict], baseline: str, hop_size: int | None = None) -> dict:
     """`compare_retrievers`' result from per-question rows already computed ({system: {id: row}})."""
     out = {name: {**summarize_rows(r, hop_size), "per_question": r} for name, r in rows.items()}
-    out["paired"], out["changed"] = {}, {}
+    return {**out, **paired_against(rows, baseline)}
+
+
+def paired_against(rows: dict[str, dict], baseline: str) -> dict:
+    """{"paired": {system: {metric: {diff, lo, hi, p}}}, "changed": {system: {metric: {gained, lost}}}}
+    of every system's per-question rows against `baseline`'s."""
+    out: dict = {"paired": {}, "changed": {}}
     for name in rows:
         if name != baseline:
             out["paired"][name], out["changed"][name] = paired_rows(rows[baseline], rows[name])
@@ -110,11 +116,8 @@ def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: st
     searches: {name: search(queries, k)}. Returns {name: metrics, "paired": {name: {metric:
     {diff, lo, hi, p}}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
     counts questions whose top k holds a gold passage (or the answer) only with `name`."""
-    evals = {name: retrieval_eval(fn, samples, k, per_question=True, hop_size=hop_size) for name, fn in searches.items()}
-    out = compare_rows({name: e["per_question"] for name, e in evals.items()}, baseline, hop_size)
-    for name, e in evals.items():   # the searches' own k and wall time
-        out[name].update(k=e["k"], retrieval_wall_s=e["retrieval_wall_s"])
-    return out
+    out = {name: retrieval_eval(fn, samples, k, per_question=True, hop_size=hop_size) for name, fn in searches.items()}
+    return {**out, **paired_against({name: out[name]["per_question"] for name in searches}, baseline)}
 
 
 def paired_rows(base: dict, new: dict, keys: tuple[str, ...] = ("recall", "answer_at_k")) -> tuple[dict, dict]:

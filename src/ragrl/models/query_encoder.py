@@ -73,6 +73,8 @@ class QueryEncoder(nn.Module):
         Texts are tokenized once, sorted by length and run in chunks of `chunk`, each cut to its
         own longest text: a batch padded to its longest would spend most of its compute on padding
         when short questions and long multi-hop histories are encoded together."""
+        if not texts:
+            return torch.zeros(0, self.dim, device=self.device)
         prep = getattr(self.st, "preprocess", None) or self.st.tokenize   # sentence-transformers >= 6 / < 6
         features = prep(list(texts))
         lengths = features["attention_mask"].sum(-1)
@@ -83,17 +85,13 @@ class QueryEncoder(nn.Module):
             part = {k: (v[idx, :width].to(self.device) if isinstance(v, torch.Tensor) and v.dim() == 2 else v)
                     for k, v in features.items()}
             parts.append(self.st(part)["sentence_embedding"].float())
-        out = torch.empty(len(texts), parts[0].shape[-1], device=self.device) if parts else None
-        if out is None:
-            return torch.zeros(0, self.dim, device=self.device)
-        out = out.index_copy(0, order.to(self.device), torch.cat(parts))
+        by_length = torch.cat(parts)
+        out = torch.empty_like(by_length).index_copy(0, order.to(self.device), by_length)   # back to input order
         return torch.nn.functional.normalize(out, dim=-1)
 
     @torch.no_grad()
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit-norm embeddings [len(texts), dim] as float32 numpy, without gradients."""
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
         return self(list(texts), chunk=batch_size).cpu().numpy()
 
     def save_encoder(self, out_dir: str | Path) -> Path:

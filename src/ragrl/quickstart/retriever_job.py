@@ -37,8 +37,8 @@ from ragrl.eval.retrieval import by_question_kind, compare_retrievers, compare_r
 from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
+from ragrl.methods.harr.setup import run_search
 from ragrl.quickstart.agent_job import fresh_run_config
-from ragrl.retrieval.stochastic import StochasticRetriever
 from ragrl.train.run_dir import read_metrics
 from ragrl.train.trainer import Trainer
 
@@ -74,12 +74,6 @@ def qa_scores(per_q: dict, ids: list[str]) -> dict:
         score(t)
         rows[i] = {k: float(t.metrics[k]) for k in ("em", "f1", "cover_em")}
     return rows
-
-
-def retriever_search(dense, encoder: QueryEncoder, rc):
-    """search(questions, k) with `encoder` over `dense` as the run searches: `rc.hops` hops of k,
-    later hops with HARR's history (rc.history, rc.history_words)."""
-    return StochasticRetriever(dense, encoder, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
 
 
 def diagnostics(qs: list[dict], comp: dict, k: int, hops: int, record: dict) -> list[str]:
@@ -121,7 +115,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     dense = trainer.setup.extras["sampler"].index
     # The starting point searches exactly as the trained encoder will: the same hops, history and
     # passages per hop; only the encoder differs (the index's own, frozen).
-    base_search = retriever_search(dense, QueryEncoder(rc.encoder), rc)
+    base_search = run_search(dense, QueryEncoder(rc.encoder), rc)
     k, hop_size = cfg.rollout.topk * rc.hops, (cfg.rollout.topk if rc.hops > 1 else None)
     console.print(f"    {len(dense)} passages; {rc.hops} hop(s) of {cfg.rollout.topk} passages"
                   + (" with HARR's history" if rc.hops > 1 and rc.history else "") + f", the reader is given {k}; test: "
@@ -154,7 +148,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                   + (f"the encoder of step {best['step']} ({cfg.data.eval} {best['metric']} {best['value']:.1f})" if best else "the final encoder"))
 
     console.print("4/5 held-out evaluation with the trained encoder")
-    trained_search = retriever_search(dense, QueryEncoder(str(kept)), rc)
+    trained_search = run_search(dense, QueryEncoder(str(kept)), rc)
     report: dict = {"settings": {"corpus": "data kit corpus/wiki_passages (51,185 passages)", "index": "dense MiniLM, faiss flat",
                                  "k": k, "hops": rc.hops, "history": rc.history, "train": cfg.data.train, "dev (held apart)": cfg.data.eval,
                                  "steps": len(rows), "kept": str(kept), "best": best, "generator": cfg.model.name,

@@ -53,7 +53,7 @@ def retriever_setup(cfg, *, retriever=None, model_bundle=None) -> Setup:
                             group_offset=group_offset)
 
     def evaluate(samples, seed, per_question=False):
-        search = sampler.search if rc.hops == 1 else (lambda qs, k: sampler.search_hops(qs, k, rc.hops))
+        search = sampler.searcher(rc.hops)
         out = retrieval_eval(search, samples, cfg.rollout.topk, per_question=per_question)
         out.update(k=cfg.rollout.topk * rc.hops, hops=rc.hops)   # recall over every hop's passages
         if generator is not None:   # downstream: the frozen generator searching with this encoder
@@ -106,6 +106,12 @@ def filter_questions(questions: list[dict], rollout, reward_fn, cfg, run_dir: Pa
         raise ConfigError("the question filter kept no training question: every group's reward was "
                           "flat; set retriever.filter_questions=false or use other questions")
     return questions
+
+
+def run_search(dense, encoder, rc):
+    """search(questions, k) with `encoder` over the dense index `dense` as a retriever run searches:
+    `rc.hops` hops of k, later hops with HARR's history (rc.history, rc.history_words)."""
+    return StochasticRetriever(dense, encoder, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
 
 
 def load_dense_backend(cfg):
