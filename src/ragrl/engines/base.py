@@ -5,8 +5,9 @@ trajectory as token ids so that training sees exactly the ids that were sampled.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 StopReason = Literal["stop", "eos", "length"]
 

@@ -22,13 +22,21 @@ the new weights.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from dataclasses import dataclass, field
 
 import torch
 
 from ragrl.engines.base import Generation, SamplingParams
 from ragrl.engines.kv_cache import PrefixStore, batch_from_entries, new_cache
+from ragrl.engines.requests import (
+    check_requests,
+    default_eos,
+    row_seed,
+    shared_prefix_len,
+    stop_string_in,
+    stop_window,
+    to_generation,
+)
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.models.lm_weights import load_policy
 
@@ -52,7 +60,7 @@ class HFEngine:
         if next(model.parameters()).device != self.device:
             model.to(self.device)
         self.vocab_size = model.get_input_embeddings().num_embeddings
-        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else _default_eos(model, tokenizer)
+        self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else default_eos(model, tokenizer)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self._store: PrefixStore | None = None
         #: prompt tokens actually run through the model (not taken from a cache); for benchmarks
@@ -75,7 +83,7 @@ class HFEngine:
             self._store = outer
 
     @classmethod
-    def from_name(cls, name: str, *, dtype=torch.float32, device="cpu", **kwargs) -> "HFEngine":
+    def from_name(cls, name: str, *, dtype=torch.float32, device="cpu", **kwargs) -> HFEngine:
         """Load a policy by name (see `ragrl.models.load_policy`) and wrap it."""
 
         model, tokenizer = load_policy(name, dtype=dtype, device=device)
@@ -115,7 +123,7 @@ class HFEngine:
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def _run_batch(self, rows: list["_Row"]) -> None:
+    def _run_batch(self, rows: list[_Row]) -> None:
         """Prefill all rows, then decode one token per step for the rows still running.
 
         Rows usually share a long prefix (chat template + system prompt + worked example, or the
@@ -137,7 +145,7 @@ class HFEngine:
             starts = [n for n, _ in hits]
             cache, past_mask = batch_from_entries([e for _, e in hits], starts, self.device)
         else:
-            P = _shared_prefix_len([r.prompt for r in rows]) if len(rows) > 1 else 0
+            P = shared_prefix_len([r.prompt for r in rows]) if len(rows) > 1 else 0
             P = P if P >= self.min_shared_prefix else 0
             cache, starts = new_cache(), [P] * B
             past_mask = torch.ones((B, P), dtype=torch.long, device=self.device)
@@ -190,7 +198,7 @@ class HFEngine:
         )
         return out.logits[:, -1, :].float()
 
-    def _sample(self, logits: torch.Tensor, rows: list["_Row"]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
         """Next token per row ([b], long) and its log-prob under the raw logits ([b]), on the device."""
         tokens = logits.argmax(-1)  # greedy rows keep this
         for k, row in enumerate(rows):
@@ -216,38 +224,15 @@ class HFEngine:
     # -- helpers ----------------------------------------------------------------------------
 
     def _check(self, prompts, params) -> list[SamplingParams]:
-        if not isinstance(prompts, (list, tuple)):
-            raise RagrlError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
-        per_prompt = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
-        if len(per_prompt) != len(prompts):
-            raise ConfigError(f"got {len(per_prompt)} SamplingParams for {len(prompts)} prompts")
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise RagrlError(f"prompt {i} is empty; every prompt needs at least one token")
-            if min(prompt) < 0 or max(prompt) >= self.vocab_size:
-                raise RagrlError(f"prompt {i} has token ids outside the vocabulary [0, {self.vocab_size})")
-        for sp in per_prompt:
-            if sp.max_new_tokens < 1 or sp.n < 1:
-                raise ConfigError(f"max_new_tokens and n must be >= 1, got {sp.max_new_tokens} and {sp.n}")
-            if sp.temperature < 0 or not 0 < sp.top_p <= 1:
-                raise ConfigError(f"need temperature >= 0 and 0 < top_p <= 1, got {sp.temperature}, {sp.top_p}")
-            if any(not s for s in sp.stop):
-                raise ConfigError("stop strings must be non-empty")
-        return per_prompt
+        return check_requests(prompts, params, self.vocab_size)
 
     def _generator(self, seed: int, prompt_index: int, sample_index: int) -> torch.Generator:
-        digest = hashlib.blake2b(f"{seed}:{prompt_index}:{sample_index}".encode(), digest_size=8).digest()
         generator = torch.Generator(device=self.device)
-        generator.manual_seed(int.from_bytes(digest, "little") >> 1)
+        generator.manual_seed(row_seed(seed, prompt_index, sample_index))
         return generator
 
-    def _finish(self, row: "_Row") -> Generation:
-        # The eos token stays in token_ids (the policy must learn to emit it) but not in the text.
-        text_ids = row.token_ids[:-1] if row.stop_reason == "eos" else row.token_ids
-        return Generation(
-            token_ids=row.token_ids, logprobs=row.logprobs, stop_reason=row.stop_reason,
-            stop_string=row.stop_string, text=self.tokenizer.decode(text_ids),
-        )
+    def _finish(self, row: _Row) -> Generation:
+        return to_generation(self.tokenizer, row.token_ids, row.logprobs, row.stop_reason, row.stop_string)
 
 
 @dataclass
@@ -276,26 +261,9 @@ class _Row:
         return self.stop_reason is not None
 
     def _stop_string(self, tokenizer) -> str | None:
-        """The stop string completed by the newest token, if any.
-
-        Earlier tokens were checked at earlier steps, so a match must end in the newest token and
-        only a tail window needs decoding: a string of L characters spans at most 4L byte-level
-        tokens (plus slack for a partial character at the window's start).
-        """
-        window = 4 * max(len(s) for s in self.params.stop) + 4
-        tail = tokenizer.decode(self.token_ids[-window:])
-        hits = [(tail.find(s), s) for s in self.params.stop if s in tail]
-        return min(hits)[1] if hits else None
-
-
-def _shared_prefix_len(prompts: list[list[int]]) -> int:
-    """Length of the longest common prefix, leaving every prompt at least one own token."""
-    first, n = prompts[0], min(len(p) for p in prompts) - 1
-    for i in range(n):
-        t = first[i]
-        if any(p[i] != t for p in prompts):
-            return i
-    return max(n, 0)
+        """The stop string completed by the newest token, if any (earlier tokens were checked at
+        earlier steps, so only a tail window needs decoding)."""
+        return stop_string_in(tokenizer.decode(self.token_ids[-stop_window(self.params.stop):]), self.params.stop)
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -304,17 +272,3 @@ def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     mass_before = sorted_probs.cumsum(-1) - sorted_probs
     sorted_probs[mass_before >= top_p] = 0.0  # the top token always survives (mass_before = 0)
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-
-
-def _default_eos(model, tokenizer) -> frozenset[int]:
-    """End-of-sequence ids: the tokenizer's eos, `<|im_end|>`, and the generation config's eos."""
-    ids = {tokenizer.eos_token_id}
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(config_eos if isinstance(config_eos, (list, tuple)) else [config_eos])
-    ids.discard(None)
-    if not ids:
-        raise ConfigError("the tokenizer has no eos token; pass eos_token_ids= to HFEngine")
-    return frozenset(ids)

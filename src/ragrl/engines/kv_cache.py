@@ -56,20 +56,36 @@ def new_cache() -> DynamicCache:
 
 @dataclass
 class _Entry:
-    keys: list[torch.Tensor]      # per layer [H, T, D]: the KV of exactly `tokens`
-    values: list[torch.Tensor]
+    tokens: tuple[int, ...]
+    keys: object      # the engine's own layout: HFEngine a list per layer of [H, T, D], StaticEngine [layers, H, T, D]
+    values: object
+
+
+_HASH_BASE, _HASH_MOD = 1_000_003, (1 << 61) - 1
+
+
+def _prefix_hashes(tokens: list[int]) -> list[int]:
+    """h[n] = polynomial hash of tokens[:n], for every n: one pass, so a lookup is O(prompt length)."""
+    out, h = [0], 0
+    for t in tokens:
+        h = (h * _HASH_BASE + t + 1) % _HASH_MOD
+        out.append(h)
+    return out
 
 
 class PrefixStore:
     """KV of finished rows, keyed by their exact token ids, for the next turn's prompts.
 
     max_tokens bounds the memory: once the stored sequences reach it, new rows are not stored
-    (they are simply prefilled in full next time).
+    (they are simply prefilled in full next time). A lookup hashes the prompt's prefixes once and
+    probes each stored length (then compares the tokens of a hit): with a few hundred rows of
+    different lengths, slicing and hashing the prompt per stored length cost seconds a turn.
     """
 
     def __init__(self, max_tokens: int = 262_144):
         self.max_tokens = max_tokens
-        self._by_len: dict[int, dict[tuple[int, ...], _Entry]] = {}
+        self._entries: dict[tuple[int, int], _Entry] = {}
+        self._lengths: set[int] = set()
         self.tokens = 0
         self.hits = self.misses = 0
 
@@ -77,22 +93,31 @@ class PrefixStore:
         """Store row `row` of `cache` at key positions `columns` (the row's real tokens) as `tokens`."""
         if len(tokens) != len(columns) or self.tokens + len(tokens) > self.max_tokens:
             return
-        keys = [layer.keys[row][:, columns].clone() for layer in cache.layers]
-        values = [layer.values[row][:, columns].clone() for layer in cache.layers]
-        self._by_len.setdefault(len(tokens), {})[tuple(tokens)] = _Entry(keys, values)
+        self.put_entry(tokens, [layer.keys[row][:, columns].clone() for layer in cache.layers],
+                       [layer.values[row][:, columns].clone() for layer in cache.layers])
+
+    def put_entry(self, tokens: list[int], keys, values) -> None:
+        """Store KV (in the engine's own layout) as the KV of exactly `tokens`."""
+        if self.tokens + len(tokens) > self.max_tokens:
+            return
+        self._entries[(len(tokens), _prefix_hashes(tokens)[-1])] = _Entry(tuple(tokens), keys, values)
+        self._lengths.add(len(tokens))
         self.tokens += len(tokens)
 
     def longest_prefix(self, prompt: list[int]) -> tuple[int, _Entry | None]:
         """(length, entry) of the longest stored sequence that is a proper prefix of `prompt`."""
-        for n in sorted(self._by_len, reverse=True):
-            if n < len(prompt) and (entry := self._by_len[n].get(tuple(prompt[:n]))) is not None:
+        hashes = _prefix_hashes(prompt)
+        for n in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
+            entry = self._entries.get((n, hashes[n]))
+            if entry is not None and entry.tokens == tuple(prompt[:n]):
                 self.hits += 1
                 return n, entry
         self.misses += 1
         return 0, None
 
     def clear(self) -> None:
-        self._by_len.clear()
+        self._entries.clear()
+        self._lengths.clear()
         self.tokens = 0
 
 

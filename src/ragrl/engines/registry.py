@@ -1,9 +1,11 @@
-"""Pick a generation engine (`model.engine`): the HF one everywhere, vLLM on a CUDA GPU.
+"""Pick a generation engine (`model.engine`): auto, hf, static, or vllm on a CUDA GPU.
 
     require_engine("vllm")                          # ConfigError naming what is missing, before any work
     engine = make_engine("vllm", module, tok)       # a trained module: vLLM follows its weights
 
-`hf` rolls out with the very module being trained, so there is nothing to sync. `vllm` keeps its
+`auto` takes the fastest that can run here: vllm when installed and a GPU is visible, else static
+when the model's architecture is one it implements, else hf. `hf` and `static` roll out with the
+very module being trained, so there is nothing to sync. `vllm` keeps its
 own copy: `TrainingVLLMEngine` pushes the merged weights (LoRA included) into it before a
 generation whenever a trained parameter changed since the last push (an RL update, an SFT warm
 start, a checkpoint restored on resume).
@@ -15,11 +17,13 @@ import importlib.util
 import torch
 
 from ragrl.engines.hf import HFEngine
+from ragrl.engines.static import StaticEngine, unsupported_reason
 from ragrl.engines.vllm import VLLMEngine
 from ragrl.errors import ConfigError
+from ragrl.models.lm_weights import load_policy
 from ragrl.models.merge import ParamVersions, merged_weights
 
-ENGINES = ("hf", "vllm")
+ENGINES = ("auto", "hf", "static", "vllm")
 
 
 def require_engine(kind: str, setting: str = "model.engine") -> None:
@@ -34,13 +38,20 @@ def require_engine(kind: str, setting: str = "model.engine") -> None:
             raise ConfigError(f"{setting}=vllm: no CUDA GPU is visible (vLLM runs on a GPU); use {setting}=hf")
 
 
-def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, **kwargs):
-    """An `Engine` of `kind`. `model`: an HF module, or (vllm) a name or path.
+def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, compile_mode: str = "auto", **kwargs):
+    """An `Engine` of `kind`. `model`: an HF module, or (vllm) a name or path. `compile_mode`: how
+    the static engine compiles its decode step (`StaticEngine`); the other engines have none.
 
     For vLLM with a module, the engine follows the module's weights (see `TrainingVLLMEngine`).
     """
 
     require_engine(kind)
+    if kind in ("auto", "static") and isinstance(model, str):
+        model, tokenizer = load_policy(model)
+    if kind == "auto":
+        kind = resolve_auto(model)
+    if kind == "static":
+        return StaticEngine(model, tokenizer, max_batch_size=max_batch_size, compile_mode=compile_mode, **kwargs)
     if kind == "hf":
         if isinstance(model, str):
             return HFEngine.from_name(model, max_batch_size=max_batch_size, **kwargs)
@@ -49,6 +60,13 @@ def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, **kwar
     if isinstance(model, str):
         return VLLMEngine(model, tokenizer, max_num_seqs=max_batch_size, **kwargs)
     return TrainingVLLMEngine(model, tokenizer, max_num_seqs=max_batch_size, **kwargs)
+
+
+def resolve_auto(model) -> str:
+    """The engine `auto` means for the module `model` on this machine."""
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        return "vllm"
+    return "static" if unsupported_reason(model) is None else "hf"
 
 
 class TrainingVLLMEngine:

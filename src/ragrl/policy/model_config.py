@@ -22,10 +22,14 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
     lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    # The rollout engine, for training, evaluation and the quickstart. hf: generate with the very
-    # module being trained (no sync). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
+    # The rollout engine, for training, evaluation and the quickstart. auto: the fastest that runs
+    # here (vllm, else static, else hf). hf: generate with the very module being trained (no sync).
+    # static: the same module, a preallocated KV cache and a compiled decode step (engines/static.py). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
     # that receives the merged weights whenever a trained parameter changed.
     engine: EngineKind = "hf"
+    # How the static engine compiles its decode step: auto (torch.compile with CUDA graphs on a
+    # GPU, eager on a CPU), inductor (torch.compile), graphs (CUDA graphs of the eager step), off.
+    compile: Literal["auto", "inductor", "graphs", "off"] = "auto"
     # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
     # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"   # auto: bf16 where native

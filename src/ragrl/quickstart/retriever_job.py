@@ -124,7 +124,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     console.print("2/5 starting point: retrieval and naive RAG (frozen SmolLM2) with the index's encoder")
     gen_cfg = replace(cfg.model, lora=False, init_adapter=None)
     lm, tok, _ = build_policy(gen_cfg)
-    engine = make_engine(cfg.model.engine, lm, tok, max_batch_size=32)
+    engine = make_engine(cfg.model.engine, lm, tok, max_batch_size=32, compile_mode=cfg.model.compile)
     down_samples = {name: qs[:downstream_n] for name, qs in tests.items()}
     t0 = time.perf_counter()
     base_down = {name: naive_rag_answers(engine, base_search, qs, cfg) for name, qs in down_samples.items()}

@@ -67,7 +67,8 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     def engine():
         # Built on first use: FSDP swaps weights for shards in place first, the engine keeps the module.
         if "engine" not in holder:
-            holder["engine"] = make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size)
+            holder["engine"] = make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
+                       compile_mode=cfg.model.compile)
         return holder["engine"]
 
     def rollout(samples, rcfg, group_offset):
@@ -92,4 +93,5 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
 
 def make_train_engine(cfg: TrainConfig, model, tok):
     """The rollout engine of `model.engine` over a policy module (what the LM setup rolls out with)."""
-    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size)
+    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
+                       compile_mode=cfg.model.compile)

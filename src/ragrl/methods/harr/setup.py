@@ -150,7 +150,8 @@ def frozen_generator(cfg):
     model, tok, _ = build_policy(mcfg)
     model.requires_grad_(False)
     model.eval()
-    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size), get_protocol(cfg.agent)
+    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
+                       compile_mode=cfg.model.compile), get_protocol(cfg.agent)
 
 
 def preflight(cfg) -> list[str]:

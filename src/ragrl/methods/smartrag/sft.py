@@ -88,7 +88,8 @@ def smartrag_episodes(cfg, model, tok, retriever) -> list[Trajectory]:
     passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
                 if (i := corpus.row(pid)) is not None}
     model.eval()
-    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size),
+    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
+                       compile_mode=cfg.model.compile),
                               samples, cfg.seed, cfg.sft.known_if)
     trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
                                      cfg.rollout, cfg.seed)
