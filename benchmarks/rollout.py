@@ -114,13 +114,13 @@ def run_generate(model, tok, prompts: list[list[int]], new_tokens: int, batch_si
             "wall_s": wall, "tokens_per_s": generated / wall}
 
 
-def measure(label, model, tok, protocol, retriever, questions, cfg, batch_size) -> dict:
+def measure(label, model, tok, protocol, retriever, questions, cfg, batch_size, engine_kind="hf") -> dict:
     """Rollout, then raw generate matched to the rollout's generated-token count."""
     from ragrl.engines.base import SamplingParams
+    from ragrl.engines.registry import make_engine
     from ragrl.rollout.multi_turn import prompt_ids
-    from ragrl.engines.hf import HFEngine
 
-    engine = HFEngine(model, tok, max_batch_size=batch_size)
+    engine = make_engine(engine_kind, model, tok, max_batch_size=batch_size)
     warm_up = [prompt_ids(tok, protocol, questions[0]["question"])]  # first-call allocations, lazy imports
     engine.generate(warm_up, SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
     log(f"[{label}] rollout: {len(questions)} questions x {cfg.n} samples")
@@ -148,13 +148,13 @@ def machine_info(threads: int) -> dict:
 
 
 def print_table(result: dict) -> None:
-    header = f"{'variant':<12} {'rollout tok/s':>13} {'generate tok/s':>14} {'ratio':>6} " \
+    header = f"{'variant':<16} {'rollout tok/s':>13} {'generate tok/s':>14} {'ratio':>6} " \
              f"{'tokens':>7} {'retrieval %':>11} {'+obs %':>7} {'searches/traj':>13} {'turns/traj':>10}"
     print(header)
     print("-" * len(header))
     for label, v in result["variants"].items():
         r, g = v["rollout"], v["generate"]
-        print(f"{label:<12} {r['tokens_per_s']:>13.1f} {g['tokens_per_s']:>14.1f} {v['ratio']:>6.2f} "
+        print(f"{label:<16} {r['tokens_per_s']:>13.1f} {g['tokens_per_s']:>14.1f} {v['ratio']:>6.2f} "
               f"{r['gen_tokens']:>7} {100 * r['retrieval_share']:>11.2f} "
               f"{100 * r['retrieval_and_observation_share']:>7.2f} {r['searches_per_traj']:>13.2f} "
               f"{r['turns_per_traj']:>10.2f}")
@@ -176,6 +176,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--adapter", type=Path, default=None, help="also measure this LoRA (SFT) adapter")
+    ap.add_argument("--engines", default="hf,static", help="model.engine values to measure, side by side")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -193,7 +195,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     info = machine_info(torch.get_num_threads())
     t0 = time.perf_counter()
-    model, tok = load_policy("smollm2-135m-instruct")
+    model, tok = load_policy("smollm2-135m-instruct", dtype=getattr(torch, args.dtype))
     load_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -205,7 +207,8 @@ def main() -> None:
                         max_response_tokens=args.max_response_tokens, max_obs_tokens=args.max_obs_tokens,
                         topk=args.topk, temperature=1.0, n=args.n, seed=args.seed)
 
-    variants = {"smollm2": measure("smollm2", model, tok, protocol, retriever, questions, cfg, args.batch_size)}
+    variants = {f"smollm2/{kind}": measure(f"smollm2/{kind}", model, tok, protocol, retriever, questions, cfg,
+                                           args.batch_size, kind) for kind in args.engines.split(",")}
     if args.adapter is not None:
         from peft import PeftModel
 
@@ -216,6 +219,7 @@ def main() -> None:
     result = {
         "benchmark": "rollout", "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": info,
         "config": {"questions": len(questions), "n": args.n, "batch_size": args.batch_size, "protocol": "search_r1",
+                   "engines": args.engines, "dtype": args.dtype,
                    "retriever": "bm25 (demo corpus)", "adapter": str(args.adapter) if args.adapter else None,
                    "rollout": asdict(cfg)},
         "setup_s": {"load_model": load_s, "build_index": index_s},

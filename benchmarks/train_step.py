@@ -45,7 +45,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct", help="registry name or local model dir")
     p.add_argument("--cases", default="single_turn,multi_turn")
-    p.add_argument("--systems", default="ragrl,trl")
+    p.add_argument("--systems", default="ragrl,ragrl_static,trl",
+                   help="ragrl (model.engine hf), ragrl_static (model.engine static), trl")
     p.add_argument("--questions", type=int, default=2, help="questions per step")
     p.add_argument("--n", type=int, default=4, help="samples per question (GRPO group size)")
     p.add_argument("--steps", type=int, default=2, help="timed steps")
@@ -61,7 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_step.json"))
-    p.add_argument("--worker", choices=["ragrl", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["ragrl", "ragrl_static", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--case", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -103,7 +104,7 @@ def summarize(step_s: list[float], tokens: list[int], rewards: list[float], args
 
 # ---------------------------------------------------------------- ragrl worker
 
-def run_ragrl(args, case) -> dict:
+def run_ragrl(args, case, engine: str = "hf") -> dict:
     from ragrl.train.config import AlgoConfig, DataConfig, ModelConfig, TrainConfig
     from ragrl.train.trainer import Trainer
 
@@ -117,7 +118,7 @@ def run_ragrl(args, case) -> dict:
             eval_every=0, reward={"f1": 1.0},
             model=ModelConfig(name=args.model, lora=True, lora_r=args.lora_r, lora_alpha=2 * args.lora_r,
                               lora_targets=list(LORA_TARGETS), lora_layers=args.lora_layers or None,
-                              dtype=args.dtype),
+                              dtype=args.dtype, engine=engine),
             data=DataConfig(train=str(qfile)),
             algo=AlgoConfig(estimator="grpo", clip_low=0.2, clip_high=0.28, loss_agg="token_mean", kl_coef=0.0,
                             minibatch_size=args.questions * args.n, micro_batch_size=args.micro_batch),
@@ -306,7 +307,10 @@ def run_worker(args) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    res = (run_ragrl if args.worker == "ragrl" else run_trl)(args, args.case)
+    if args.worker == "trl":
+        res = run_trl(args, args.case)
+    else:
+        res = run_ragrl(args, args.case, engine="static" if args.worker == "ragrl_static" else "hf")
     res["wall_s"] = time.perf_counter() - t0
     Path(args.result).write_text(json.dumps(res))
 
@@ -330,31 +334,35 @@ def spawn(args, system: str, case: str) -> dict:
 
 
 def compare(case_res: dict) -> None:
-    r, t = case_res.get("ragrl", {}), case_res.get("trl", {})
-    if "mean_step_s" in r and "mean_step_s" in t:
-        case_res["speedup_step_time"] = t["mean_step_s"] / r["mean_step_s"]
-        case_res["speedup_tokens_per_s"] = r["tokens_per_s"] / t["tokens_per_s"]
-        case_res["same_questions_per_step"] = [sorted(x) for x in r["questions"]] == \
-            [sorted(x) for x in t["questions"]]
+    t = case_res.get("trl", {})
+    for system, suffix in (("ragrl", ""), ("ragrl_static", "_static")):
+        r = case_res.get(system, {})
+        if "mean_step_s" in r and "mean_step_s" in t:
+            case_res["speedup_step_time" + suffix] = t["mean_step_s"] / r["mean_step_s"]
+            case_res["speedup_tokens_per_s" + suffix] = r["tokens_per_s"] / t["tokens_per_s"]
+            case_res["same_questions_per_step" + suffix] = [sorted(x) for x in r["questions"]] == \
+                [sorted(x) for x in t["questions"]]
 
 
 def print_table(results: dict) -> None:
-    print(f"\n{'case':<12} {'system':<6} {'step s':>8} {'rollout':>8} {'update':>8} {'tok/step':>9} {'tok/s':>7} "
+    print(f"\n{'case':<12} {'system':<12} {'step s':>8} {'rollout':>8} {'update':>8} {'tok/step':>9} {'tok/s':>7} "
           f"{'RSS MiB':>8}  speedup")
     for case, res in results["cases"].items():
-        for system in ("ragrl", "trl"):
+        for system in ("ragrl", "ragrl_static", "trl"):
             s = res.get(system)
             if s is None:
                 continue
             if "error" in s:
-                print(f"{case:<12} {system:<6} error: {s['error']}")
+                print(f"{case:<12} {system:<12} error: {s['error']}")
                 continue
             tok = sum(s["policy_tokens"][results["config"]["warmup"]:]) / results["config"]["steps"]
             extra = ""
-            if system == "ragrl" and "speedup_step_time" in res:
-                extra = f"  {res['speedup_step_time']:.2f}x step, {res['speedup_tokens_per_s']:.2f}x tok/s"
+            suffix = "_static" if system == "ragrl_static" else ""
+            if system != "trl" and "speedup_step_time" + suffix in res:
+                extra = (f"  {res['speedup_step_time' + suffix]:.2f}x step, "
+                         f"{res['speedup_tokens_per_s' + suffix]:.2f}x tok/s")
             split = s.get("split_s", {})
-            print(f"{case:<12} {system:<6} {s['mean_step_s']:>8.2f} {split.get('rollout', 0):>8.2f} "
+            print(f"{case:<12} {system:<12} {s['mean_step_s']:>8.2f} {split.get('rollout', 0):>8.2f} "
                   f"{split.get('update', 0):>8.2f} {tok:>9.0f} {s['tokens_per_s']:>7.1f} {s['peak_rss_mib']:>8.0f}{extra}")
 
 

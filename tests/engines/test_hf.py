@@ -144,7 +144,7 @@ def test_bad_inputs_raise_clear_errors(tiny, prompts):
         tiny.generate(prompts, SamplingParams(top_p=0.0))
     with pytest.raises(ConfigError, match="max_new_tokens"):
         tiny.generate(prompts, SamplingParams(max_new_tokens=0))
-    with pytest.raises(ConfigError, match="'tgi' is not one of hf, vllm"):
+    with pytest.raises(ConfigError, match="'tgi' is not one of auto, hf, static, vllm"):
         make_engine("tgi", tiny.model, tiny.tokenizer)
 
 

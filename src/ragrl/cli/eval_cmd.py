@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
         search_threshold: Optional[float] = typer.Option(None, "--search-threshold", min=0.0, max=1.0,
                                                          help="SmartRAG's inference mode: search when P(search action) exceeds this, else answer (protocols whose steps start with the action, e.g. smartrag)"),
-        engine_kind: Optional[str] = typer.Option(None, "--engine", help="hf or vllm (a CUDA GPU, pip install 'ragrl[vllm]') [default: the run's model.engine, else hf]"),
+        engine_kind: Optional[str] = typer.Option(None, "--engine", help="auto, hf, static or vllm (a CUDA GPU, pip install 'ragrl[vllm]') [default: the run's model.engine, else auto]"),
         device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU if there is one), cpu, cuda or cuda:N"),
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:
@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
         from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
         from ragrl.policy.lm_model import resolve_device  # late: keeps `ragrl --help` instant
 
-        engine_kind = engine_kind or (trained.model.engine if trained else "hf")
+        engine_kind = engine_kind or (trained.model.engine if trained else "auto")
         try:   # before any work
             torch_device = resolve_device(device, setting="--device")
         except ConfigError as error:
@@ -142,6 +142,8 @@ def register(app: typer.Typer) -> None:
             require_engine(engine_kind, setting="--engine")
         except ConfigError as error:
             raise typer.BadParameter(str(error), param_hint="--engine")
+        if search_threshold is not None and engine_kind == "auto":
+            engine_kind = "hf"
         if search_threshold is not None and engine_kind != "hf":
             raise typer.BadParameter("the threshold decision reads the first action token's probability from the "
                                      "HF model; use --engine hf", param_hint="--search-threshold")

@@ -38,6 +38,7 @@ from ragrl.engines.requests import (
     to_generation,
 )
 from ragrl.errors import ConfigError, RagrlError
+from ragrl.models.hf_compat import cache_keyword
 from ragrl.models.lm_weights import load_policy
 
 
@@ -152,8 +153,8 @@ class HFEngine:
             if P:
                 prefix = torch.tensor([rows[0].prompt[:P]], device=self.device)
                 self.model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
-                           position_ids=torch.arange(P, device=self.device)[None], past_key_values=cache,
-                           use_cache=True, logits_to_keep=1)
+                           position_ids=torch.arange(P, device=self.device)[None], use_cache=True,
+                           logits_to_keep=1, **{cache_keyword(self.model): cache})
                 cache.batch_repeat_interleave(B)
                 self.prefill_tokens += P
         suffixes = [r.prompt[n:] for r, n in zip(rows, starts)]
@@ -194,7 +195,7 @@ class HFEngine:
         """Float32 logits at the last position of each row, [b, V]."""
         out = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,  # skip the LM head on the prompt
+            use_cache=True, logits_to_keep=1, **{cache_keyword(self.model): cache},  # LM head: last position only
         )
         return out.logits[:, -1, :].float()
 

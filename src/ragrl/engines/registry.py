@@ -3,8 +3,9 @@
     require_engine("vllm")                          # ConfigError naming what is missing, before any work
     engine = make_engine("vllm", module, tok)       # a trained module: vLLM follows its weights
 
-`auto` takes the fastest that can run here: vllm when installed and a GPU is visible, else static
-when the model's architecture is one it implements, else hf. `hf` and `static` roll out with the
+`auto` takes the fastest that can run where the model is: on a GPU vllm when installed, else
+static when the model's architecture is one it implements (13-27x hf there,
+benchmarks/results/gpu_rollout.json); on a CPU hf, which is as fast per step (see resolve_auto). `hf` and `static` roll out with the
 very module being trained, so there is nothing to sync. `vllm` keeps its
 own copy: `TrainingVLLMEngine` pushes the merged weights (LoRA included) into it before a
 generation whenever a trained parameter changed since the last push (an RL update, an SFT warm
@@ -64,9 +65,12 @@ def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, compil
 
 def resolve_auto(model) -> str:
     """The engine `auto` means for the module `model` on this machine."""
-    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    if importlib.util.find_spec("vllm") is not None and on_gpu:
         return "vllm"
-    return "static" if unsupported_reason(model) is None else "hf"
+    # On a CPU a decode step costs the same in both (matrix products are all of it: 0.20 s a step
+    # for 8 rows of SmolLM2 either way, measured), and HFEngine drops a finished row at once.
+    return "static" if on_gpu and unsupported_reason(model) is None else "hf"
 
 
 class TrainingVLLMEngine:

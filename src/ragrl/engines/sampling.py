@@ -55,7 +55,7 @@ def nucleus_mask(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 
 
 def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor,
-                  counters: torch.Tensor, use_top_p: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  counters: torch.Tensor, use_top_p: bool, any_sampled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its log-prob under the raw logits.
 
     logits: [B, V] float32; temperature: [B] (0 = greedy); top_p: [B]; seeds, counters: [B] int64.
@@ -63,7 +63,11 @@ def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     and rows without truncation skip the sort).
     Returns tokens [B] int64 and logprobs [B] float32 = log_softmax(logits)[token]: temperature 1,
     before top-p, what a plain forward pass of the trainer recomputes.
+    any_sampled: False when every row is greedy (then no noise is drawn).
     """
+    if not any_sampled:
+        tokens = logits.argmax(-1)
+        return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]
     greedy = temperature <= 0
     scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
     if use_top_p:

@@ -69,6 +69,8 @@ def unsupported_reason(model) -> str | None:
         return f"model type {kind!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
     if getattr(config, "use_sliding_window", False) or (kind == "mistral" and getattr(config, "sliding_window", None)):
         return "sliding-window attention is not implemented in the static engine"
+    if any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        return "the module is FSDP-sharded: its gathered weights are new tensors each step, which a compiled step would not see"
     if len(getattr(model, "peft_config", {}) or {}) > 1:
         return "the module holds several LoRA adapters (switched per agent), which a compiled step would freeze"
     return None
@@ -122,6 +124,10 @@ class StaticEngine:
         self._kv_heads = lm.config.num_key_value_heads
         self._groups = lm.config.num_attention_heads // self._kv_heads
         self._qk_norm = hasattr(attn, "q_norm")
+        #: once no row waits and half the slots are idle, move the rest into fewer slots. On a CPU an
+        #: idle slot costs as much as a busy one; on a GPU it is nearly free, and a new slot count
+        #: would mean a new compile or capture.
+        self.compact = self.device.type == "cpu"
 
     @contextlib.contextmanager
     def prefix_caching(self, max_tokens: int = 262_144):
@@ -185,19 +191,21 @@ class StaticEngine:
         x = lm.model.norm(x[:, -1] if last_index is None else x[torch.arange(B, device=x.device), last_index])
         return lm.lm_head(x).float()
 
-    def _decode_step(self, tokens, positions, temperature, top_p, seeds, counters, keys, values, use_top_p: bool):
+    def _decode_step(self, tokens, positions, temperature, top_p, seeds, counters, keys, values, use_top_p: bool,
+                     any_sampled: bool):
         """One token for every slot: (tokens [S], logprobs [S]); writes the fed tokens' K/V."""
         logits = self._forward(tokens[:, None], positions[:, None], None, keys, values)
-        return sample_tokens(logits, temperature, top_p, seeds, counters, use_top_p)
+        return sample_tokens(logits, temperature, top_p, seeds, counters, use_top_p, any_sampled)
 
-    def _step(self, state: _SlotState, use_top_p: bool):
+    def _step(self, state: _SlotState, use_top_p: bool, any_sampled: bool):
         args = (state.tokens, state.positions, state.temperature, state.top_p, state.seeds, state.counters)
         if self.compile_mode == "off":
-            return self._decode_step(*args, state.keys, state.values, use_top_p)
+            return self._decode_step(*args, state.keys, state.values, use_top_p, any_sampled)
         if self.compile_mode == "graphs":
-            key = (id(state.keys[0]), use_top_p)
+            key = (id(state.keys[0]), use_top_p, any_sampled)
             if key not in self._graphs:
-                self._graphs[key] = _CapturedStep(self._decode_step, args, state.keys, state.values, use_top_p)
+                self._graphs[key] = _CapturedStep(self._decode_step, args, state.keys, state.values, use_top_p,
+                                                  any_sampled)
             return self._graphs[key](args)
         if self._compiled is None:
             # One compiled graph per (slots, length, top-p) shape; dynamo's default limit (8) would
@@ -209,7 +217,7 @@ class StaticEngine:
             self._compiled = torch.compile(self._decode_step, mode=mode, fullgraph=True, dynamic=False)
         if self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()
-        return self._compiled(*args, state.keys, state.values, use_top_p)
+        return self._compiled(*args, state.keys, state.values, use_top_p, any_sampled)
 
     # -- generate -----------------------------------------------------------------------------
 
@@ -245,23 +253,27 @@ class StaticEngine:
         need = max(len(r.prompt) + r.params.max_new_tokens for r in rows) + self.check_every + 1
         state = _SlotState(self, n_slots, -(-need // LENGTH_STEP) * LENGTH_STEP)
         use_top_p = any(r.params.top_p < 1 and r.params.temperature > 0 for r in rows)
+        sampling = (use_top_p, any(r.params.temperature > 0 for r in rows))
         pending, in_slot = deque(rows), [None] * n_slots
         while True:
             free = [s for s, row in enumerate(in_slot) if row is None]
             if pending and free:
                 batch = [pending.popleft() for _ in range(min(len(free), len(pending)))]
-                self._admit(state, batch, free[:len(batch)], in_slot, use_top_p)
+                self._admit(state, batch, free[:len(batch)], in_slot, sampling)
                 continue
             active = [s for s, row in enumerate(in_slot) if row is not None]
             if not active:
                 return
+            if self.compact and not pending and len(active) <= state.n_slots // 2:
+                state, in_slot = state.compacted(active, in_slot)
+                active = list(range(len(active)))
             steps = min(self.check_every, max(in_slot[s].remaining for s in active))
-            tokens, logprobs = state.chunk(steps, use_top_p)
+            tokens, logprobs = state.chunk(steps, sampling)
             for s in active:
                 if in_slot[s].extend(tokens[s], logprobs[s], self):
                     self._release(state, s, in_slot)
 
-    def _admit(self, state: _SlotState, batch: list[_Row], slots: list[int], in_slot: list, use_top_p: bool) -> None:
+    def _admit(self, state: _SlotState, batch: list[_Row], slots: list[int], in_slot: list, sampling) -> None:
         """Prefill `batch` into `slots`, draw each row's first token, free the slots of rows already done."""
         hits = [self._store.longest_prefix(r.prompt) if self._store is not None else (0, None) for r in batch]
         slot_ids = torch.tensor(slots, device=self.device)
@@ -287,7 +299,7 @@ class StaticEngine:
         last = torch.tensor([len(x) - 1 for x in suffixes], device=self.device)
         logits = self._forward(input_ids.to(self.device), positions.to(self.device), slot_ids, state.keys,
                                state.values, last_index=last)
-        first, logprob = state.seat(slot_ids, batch, logits, use_top_p)
+        first, logprob = state.seat(slot_ids, batch, logits, sampling)
         for s, row, token, lp in zip(slots, batch, first.tolist(), logprob.tolist()):
             in_slot[s] = row
             if row.extend([token], [lp], self):
@@ -332,23 +344,34 @@ class _SlotState:
         self.out_tokens = torch.zeros((n_slots, engine.check_every), dtype=torch.long, device=dev)
         self.out_logprobs = torch.zeros((n_slots, engine.check_every), dtype=torch.float32, device=dev)
 
-    def seat(self, slot_ids, rows: list[_Row], logits, use_top_p: bool):
+    def compacted(self, active: list[int], in_slot: list) -> tuple[_SlotState, list]:
+        """A state with the fewest slots (a power of two) that hold `active`, their KV and sampling
+        state copied over in slot order; returns it and the new slot -> row list."""
+        smaller = _SlotState(self.engine, 1 << (len(active) - 1).bit_length(), self.length)
+        index = torch.tensor(active, device=self.engine.device)
+        k = len(active)
+        smaller.kv[:, :, :k] = self.kv[:, :, index]
+        for name in ("tokens", "positions", "counters", "seeds", "temperature", "top_p"):
+            getattr(smaller, name)[:k] = getattr(self, name)[index]
+        return smaller, [in_slot[s] for s in active] + [None] * (smaller.n_slots - k)
+
+    def seat(self, slot_ids, rows: list[_Row], logits, sampling: tuple[bool, bool]):
         """Give `rows` their slots' sampling state and draw their first tokens from `logits`."""
         dev = self.engine.device
         temperature = torch.tensor([r.params.temperature for r in rows], dtype=torch.float32, device=dev)
         top_p = torch.tensor([r.params.top_p for r in rows], dtype=torch.float32, device=dev)
         seeds = torch.tensor([r.seed for r in rows], dtype=torch.long, device=dev)
-        first, logprob = sample_tokens(logits, temperature, top_p, seeds, torch.zeros_like(seeds), use_top_p)
+        first, logprob = sample_tokens(logits, temperature, top_p, seeds, torch.zeros_like(seeds), *sampling)
         self.tokens[slot_ids] = first
         self.positions[slot_ids] = torch.tensor([len(r.prompt) for r in rows], device=dev)
         self.counters[slot_ids] = 1
         self.seeds[slot_ids], self.temperature[slot_ids], self.top_p[slot_ids] = seeds, temperature, top_p
         return first, logprob
 
-    def chunk(self, steps: int, use_top_p: bool) -> tuple[list[list[int]], list[list[float]]]:
+    def chunk(self, steps: int, sampling: tuple[bool, bool]) -> tuple[list[list[int]], list[list[float]]]:
         """Decode `steps` tokens in every slot; the sampled tokens and log-probs, read back once."""
         for j in range(steps):
-            tokens, logprobs = self.engine._step(self, use_top_p)
+            tokens, logprobs = self.engine._step(self, *sampling)
             self.out_tokens[:, j] = tokens
             self.out_logprobs[:, j] = logprobs
             self.tokens.copy_(tokens)
@@ -360,17 +383,17 @@ class _SlotState:
 class _CapturedStep:
     """The eager decode step recorded as one CUDA graph (static inputs copied in, outputs reused)."""
 
-    def __init__(self, step, args, keys, values, use_top_p: bool):
+    def __init__(self, step, args, keys, values, use_top_p: bool, any_sampled: bool):
         self.inputs = [a.clone() for a in args]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):          # warm up (allocator, kernels) off the capture
             for _ in range(2):
-                step(*self.inputs, keys, values, use_top_p)
+                step(*self.inputs, keys, values, use_top_p, any_sampled)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.outputs = step(*self.inputs, keys, values, use_top_p)
+            self.outputs = step(*self.inputs, keys, values, use_top_p, any_sampled)
 
     def __call__(self, args):
         for dst, src in zip(self.inputs, args):

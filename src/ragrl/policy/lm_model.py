@@ -16,6 +16,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ragrl.errors import ConfigError
+from ragrl.models.hf_compat import cache_keyword
 from ragrl.models.agent_adapters import restore_active
 from ragrl.models.lm_weights import load_policy
 from ragrl.policy.logprobs import decoder_and_head, decoder_hidden_states, logprobs_from_hidden, run_decoder
@@ -176,10 +177,11 @@ def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, atten
     cache = DynamicCache()
     pos = torch.arange(L, device=input_ids.device)[None]
     head = run_decoder(model, decoder, input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P],
-                       position_ids=pos[:, :P], past_key_values=cache, use_cache=True)       # [1, P, H]
+                       position_ids=pos[:, :P], use_cache=True, **{cache_keyword(decoder): cache})  # [1, P, H]
     cache.batch_repeat_interleave(B)
     tail = run_decoder(model, decoder, input_ids=input_ids[:, P:], attention_mask=attention_mask,
-                       position_ids=pos[:, P:].expand(B, -1), past_key_values=cache, use_cache=True)  # [B, L-P, H]
+                       position_ids=pos[:, P:].expand(B, -1), use_cache=True,
+                       **{cache_keyword(decoder): cache})                                       # [B, L-P, H]
     return torch.cat([head.expand(B, -1, -1), tail], dim=1)
 
 

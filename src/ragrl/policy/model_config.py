@@ -26,7 +26,7 @@ class ModelConfig:
     # here (vllm, else static, else hf). hf: generate with the very module being trained (no sync).
     # static: the same module, a preallocated KV cache and a compiled decode step (engines/static.py). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
     # that receives the merged weights whenever a trained parameter changed.
-    engine: EngineKind = "hf"
+    engine: EngineKind = "auto"
     # How the static engine compiles its decode step: auto (torch.compile with CUDA graphs on a
     # GPU, eager on a CPU), inductor (torch.compile), graphs (CUDA graphs of the eager step), off.
     compile: Literal["auto", "inductor", "graphs", "off"] = "auto"

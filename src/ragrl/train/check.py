@@ -209,7 +209,8 @@ def check_agents(cfg: TrainConfig) -> None:
     if cfg.agent_adapters == "per_agent":
         cannot = [(not agents, f"agent {cfg.agent!r} is a single policy"),
                   (not cfg.model.lora, "model.lora is false"),
-                  (cfg.model.engine != "hf", f"model.engine is {cfg.model.engine} (only hf switches adapters per agent)"),
+                  (cfg.model.engine not in ("hf", "auto"),
+                   f"model.engine is {cfg.model.engine} (only hf switches adapters per agent; auto picks it)"),
                   (cfg.shard_params is True, "shard_params is true (FSDP with several adapters is untested)")]
         why = next((reason for applies, reason in cannot if applies), None)
         if why:
