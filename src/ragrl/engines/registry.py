@@ -3,13 +3,13 @@
     require_engine("vllm")                          # ConfigError naming what is missing, before any work
     engine = make_engine("vllm", module, tok)       # a trained module: vLLM follows its weights
 
-`auto` takes the fastest that can run where the model is: on a GPU vllm when installed, else
-static when the model's architecture is one it implements (13-27x hf there,
-benchmarks/results/gpu_rollout.json); on a CPU hf, which is as fast per step (see resolve_auto). `hf` and `static` roll out with the
-very module being trained, so there is nothing to sync. `vllm` keeps its
-own copy: `TrainingVLLMEngine` pushes the merged weights (LoRA included) into it before a
-generation whenever a trained parameter changed since the last push (an RL update, an SFT warm
-start, a checkpoint restored on resume).
+`auto` takes the fastest tested engine that can run where the model is: on a GPU `static` when
+the model's architecture is one it implements (13-27x `hf` there, benchmarks/results/
+gpu_rollout.json), else `hf`; on a CPU `hf`, which is as fast per step there (see resolve_auto).
+`hf` and `static` roll out with the very module being trained, so there is nothing to sync.
+`vllm` keeps its own copy: `TrainingVLLMEngine` pushes the merged weights (LoRA included) into it
+before a generation whenever a trained parameter changed since the last push (an RL update, an
+SFT warm start, a checkpoint restored on resume).
 """
 from __future__ import annotations
 
@@ -66,8 +66,7 @@ def make_engine(kind: str, model, tokenizer, *, max_batch_size: int = 64, compil
 def resolve_auto(model) -> str:
     """The engine `auto` means for the module `model` on this machine."""
     on_gpu = next(model.parameters()).device.type == "cuda"
-    if importlib.util.find_spec("vllm") is not None and on_gpu:
-        return "vllm"
+    # vllm only when asked for: its training path has not run on a GPU yet (docs/recipes.md).
     # On a CPU a decode step costs the same in both (matrix products are all of it: 0.20 s a step
     # for 8 rows of SmolLM2 either way, measured), and HFEngine drops a finished row at once.
     return "static" if on_gpu and unsupported_reason(model) is None else "hf"

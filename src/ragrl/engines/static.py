@@ -28,7 +28,6 @@ module (without turn KV reuse), since a callback cannot run inside a compiled st
 """
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 
 import torch
@@ -114,7 +113,7 @@ class StaticEngine:
         self.min_shared_prefix = 16
         self.prefill_tokens = 0      # prompt tokens run through the model (not copied from a cache)
         self._store: PrefixStore | None = None
-        self._buffers: dict[tuple[int, int], tuple[list, list]] = {}
+        self._buffers: dict[tuple[int, int], tuple[torch.Tensor, list, list]] = {}   # (S, L) -> kv, keys, values
         self._graphs: dict = {}
         self._compiled = None
         self._constrained: HFEngine | None = None
@@ -129,18 +128,9 @@ class StaticEngine:
         #: would mean a new compile or capture.
         self.compact = self.device.type == "cpu"
 
-    @contextlib.contextmanager
-    def prefix_caching(self, max_tokens: int = 262_144):
-        """Reuse the KV of earlier generations that a new prompt extends (the turns of one rollout);
-        emptied on exit, so never wrap an optimizer step (as `HFEngine.prefix_caching`)."""
-        outer = self._store
-        self._store = outer or PrefixStore(max_tokens)
-        try:
-            yield self
-        finally:
-            if outer is None:
-                self._store.clear()
-            self._store = outer
+    # The turns of one rollout reuse earlier turns' KV through the same scoped store as HFEngine's
+    # (emptied on exit: never wrap an optimizer step); its entries hold this engine's KV layout.
+    prefix_caching = HFEngine.prefix_caching
 
     # -- the model, by hand over its own modules ----------------------------------------------
 

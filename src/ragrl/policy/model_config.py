@@ -22,8 +22,8 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
     lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    # The rollout engine, for training, evaluation and the quickstart. auto: the fastest that runs
-    # here (vllm, else static, else hf). hf: generate with the very module being trained (no sync).
+    # The rollout engine, for training, evaluation and the quickstart. auto: static on a GPU
+    # (where the model's architecture allows), hf on a CPU. hf: generate with the very module being trained (no sync).
     # static: the same module, a preallocated KV cache and a compiled decode step (engines/static.py). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
     # that receives the merged weights whenever a trained parameter changed.
     engine: EngineKind = "auto"
