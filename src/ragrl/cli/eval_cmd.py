@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     @app.command("view")
     def view(
         run_dir: Path = typer.Argument(..., help="an eval or training directory"),
-        out: Optional[Path] = typer.Option(None, "--out", help="the HTML file [default: RUN_DIR/view.html]"),
+        out: Optional[Path] = typer.Option(None, "--out", help="the HTML file \\[default: RUN_DIR/view.html]"),
     ) -> None:
         """Write one self-contained HTML page to browse the directory's trajectories and curves."""
         from ragrl.eval.viewer import write_view  # late: keeps `ragrl --help` instant
@@ -71,21 +71,21 @@ def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_(
         run: Optional[Path] = typer.Option(None, "--run", help="a training run directory: model, adapter (or query encoder), protocol, index and rollout settings come from its config.yaml; explicit flags override"),
-        agent: Optional[str] = typer.Option(None, "--agent", help="protocol: search_r1, rag_r1, r1_searcher, smartrag, mmoa [default: search_r1]"),
-        model: Optional[str] = typer.Option(None, "--model", help="registry name, HF id or local path [default: smollm2-135m-instruct]"),
+        agent: Optional[str] = typer.Option(None, "--agent", help="protocol: search_r1, rag_r1, r1_searcher, smartrag, mmoa \\[default: search_r1]"),
+        model: Optional[str] = typer.Option(None, "--model", help="registry name, HF id or local path \\[default: smollm2-135m-instruct]"),
         adapter: Optional[Path] = typer.Option(None, "--adapter", help="a LoRA adapter dir (e.g. a run's final_adapter)"),
         index: Optional[str] = typer.Option(None, "--index", help="index dir or http:// URL (default: BM25 of the demo corpus)"),
         data: str = typer.Option("demo-eval", "--data", help="question file (JSONL[.gz]) or demo-eval"),
         n: int = typer.Option(200, "--n", min=1, help="number of questions (first n)"),
         systems: str = typer.Option("direct,naive_rag,agent", "--systems", help="comma list of direct,naive_rag,agent,retrieval (recall@k / answer@k of the retriever alone)"),
         query_encoder: Optional[Path] = typer.Option(None, "--query-encoder", help="a trained query encoder (a HARR run's final_encoder) for a dense index's queries; `retrieval` then compares it with the index's own encoder"),
-        topk: Optional[int] = typer.Option(None, "--topk", min=1, help="[default: 3]"),
-        max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="[default: 4]"),
+        topk: Optional[int] = typer.Option(None, "--topk", min=1, help="\\[default: 3]"),
+        max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="\\[default: 4]"),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         seed: int = typer.Option(0, "--seed"),
         search_threshold: Optional[float] = typer.Option(None, "--search-threshold", min=0.0, max=1.0,
                                                          help="SmartRAG's inference mode: search when P(search action) exceeds this, else answer (protocols whose steps start with the action, e.g. smartrag)"),
-        engine_kind: Optional[str] = typer.Option(None, "--engine", help="auto, hf, static or vllm (a CUDA GPU, pip install 'ragrl[vllm]') [default: the run's model.engine, else auto]"),
+        engine_kind: Optional[str] = typer.Option(None, "--engine", help="auto, hf, static or vllm (a CUDA GPU, pip install 'ragrl\\[vllm]') \\[default: the run's model.engine, else auto]"),
         device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU if there is one), cpu, cuda or cuda:N"),
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:

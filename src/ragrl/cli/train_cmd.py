@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help="override the job's tiny recipe (harr_grpo or search_r1_grpo)"),
         minutes: Optional[float] = typer.Option(None, "--minutes", min=0.0,
                                                 help="wall-time bound of the whole job; RL gets what the other stages "
-                                                     "leave, up to the recipe's steps [default: 15 for retriever, 27 for "
+                                                     "leave, up to the recipe's steps \\[default: 15 for retriever, 27 for "
                                                      "agent] (0: no bound, exactly the recipe's steps)"),
     ) -> None:
         """The main job: index, evaluate, RL, evaluate again on held-out questions, print the before/after table."""
