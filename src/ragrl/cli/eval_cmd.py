@@ -178,7 +178,8 @@ def register(app: typer.Typer) -> None:
             from ragrl.models.agent_adapters import load_adapters  # late: keeps `ragrl --help` instant
 
             lm = load_adapters(lm, adapter)
-        engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size)
+        engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
+                                            compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:
             from ragrl.methods.smartrag.threshold_engine import ThresholdDecisionEngine  # late: as above
             from ragrl.rollout.protocol import get_protocol  # late: keeps `ragrl --help` instant

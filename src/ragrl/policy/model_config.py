@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from ragrl.engines.registry import ENGINES
+from ragrl.engines.registry import ENGINES, make_engine
 from ragrl.yaml_config import Choice
 
 EngineKind = Annotated[str, Choice(lambda: list(ENGINES))]
@@ -22,10 +22,11 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
     lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    # The rollout engine, for training, evaluation and the quickstart. auto: static on a GPU
-    # (where the model's architecture allows), hf on a CPU. hf: generate with the very module being trained (no sync).
-    # static: the same module, a preallocated KV cache and a compiled decode step (engines/static.py). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy
-    # that receives the merged weights whenever a trained parameter changed.
+    # The rollout engine, for training, evaluation and the quickstart. auto: static on a GPU (where
+    # the model's architecture allows), hf on a CPU. hf: generate with the very module being
+    # trained (no sync). static: the same module, a preallocated KV cache and a compiled decode
+    # step (engines/static.py). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy that
+    # receives the merged weights whenever a trained parameter changed.
     engine: EngineKind = "auto"
     # How the static engine compiles its decode step: auto (torch.compile with CUDA graphs on a
     # GPU, eager on a CPU), inductor (torch.compile), graphs (CUDA graphs of the eager step), off.
@@ -36,3 +37,9 @@ class ModelConfig:
     # Where the policy runs (and trains): auto = this rank's CUDA GPU when there is one, else CPU.
     device: str = "auto"                  # auto | cpu | cuda | cuda:N
     max_batch_size: int = 64              # generation rows at once
+
+
+def engine_for(mcfg: ModelConfig, model, tokenizer, *, max_batch_size: int | None = None):
+    """The rollout engine this `model:` section names (`engine`, `compile`, `max_batch_size`) over `model`."""
+    return make_engine(mcfg.engine, model, tokenizer, max_batch_size=max_batch_size or mcfg.max_batch_size,
+                       compile_mode=mcfg.compile)

@@ -30,13 +30,13 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from ragrl.engines.registry import make_engine
 from ragrl.eval.harness import EvalConfig, evaluate, score
 from ragrl.eval.plots import line_plot
 from ragrl.eval.retrieval import by_question_kind, compare_retrievers, compare_rows, format_comparison, load_held_out
 from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
+from ragrl.policy.model_config import engine_for
 from ragrl.methods.harr.setup import run_search
 from ragrl.quickstart.agent_job import fresh_run_config
 from ragrl.train.run_dir import read_metrics
@@ -124,7 +124,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     console.print("2/5 starting point: retrieval and naive RAG (frozen SmolLM2) with the index's encoder")
     gen_cfg = replace(cfg.model, lora=False, init_adapter=None)
     lm, tok, _ = build_policy(gen_cfg)
-    engine = make_engine(cfg.model.engine, lm, tok, max_batch_size=32, compile_mode=cfg.model.compile)
+    engine = engine_for(cfg.model, lm, tok, max_batch_size=32)
     down_samples = {name: qs[:downstream_n] for name, qs in tests.items()}
     t0 = time.perf_counter()
     base_down = {name: naive_rag_answers(engine, base_search, qs, cfg) for name, qs in down_samples.items()}

@@ -16,13 +16,13 @@ import logging
 import shutil
 from pathlib import Path
 
-from ragrl.engines.registry import make_engine
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import agent_metrics
 from ragrl.methods.base import Setup, method_for, setups
 from ragrl.models.agent_adapters import agent_adapter_map, make_agent_adapters
 from ragrl.policy.lm import LMPolicy
 from ragrl.policy.lm_model import build_policy
+from ragrl.policy.model_config import engine_for
 from ragrl.retrieval.resolve import retriever_for
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.runners import run_agent
@@ -67,8 +67,7 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     def engine():
         # Built on first use: FSDP swaps weights for shards in place first, the engine keeps the module.
         if "engine" not in holder:
-            holder["engine"] = make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
-                       compile_mode=cfg.model.compile)
+            holder["engine"] = make_train_engine(cfg, model, tok)
         return holder["engine"]
 
     def rollout(samples, rcfg, group_offset):
@@ -93,5 +92,4 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
 
 def make_train_engine(cfg: TrainConfig, model, tok):
     """The rollout engine of `model.engine` over a policy module (what the LM setup rolls out with)."""
-    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
-                       compile_mode=cfg.model.compile)
+    return engine_for(cfg.model, model, tok)

@@ -12,7 +12,6 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from ragrl.engines.registry import make_engine
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import agent_metrics
 from ragrl.eval.retrieval import retrieval_eval
@@ -21,6 +20,7 @@ from ragrl.models.embedder import canonical_embedder_name, resolve_embedder
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.paths import DEMO_CORPUS, ragrl_home, resolve_kit
 from ragrl.policy.lm_model import build_policy
+from ragrl.policy.model_config import engine_for
 from ragrl.policy.retriever import RetrieverPolicy
 from ragrl.retrieval.index import cached_index, load_index
 from ragrl.retrieval.stochastic import StochasticRetriever
@@ -150,8 +150,7 @@ def frozen_generator(cfg):
     model, tok, _ = build_policy(mcfg)
     model.requires_grad_(False)
     model.eval()
-    return make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
-                       compile_mode=cfg.model.compile), get_protocol(cfg.agent)
+    return engine_for(cfg.model, model, tok), get_protocol(cfg.agent)
 
 
 def preflight(cfg) -> list[str]:

@@ -17,11 +17,11 @@ import logging
 import random
 
 from ragrl.datasets import load_questions
-from ragrl.engines.registry import make_engine
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import EvalConfig, run_system
 from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_trajectory
 from ragrl.paths import DEMO_CORPUS, resolve_kit
+from ragrl.policy.model_config import engine_for
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.rewards.qa import cover_em, exact_match, normalize_answer
@@ -88,9 +88,7 @@ def smartrag_episodes(cfg, model, tok, retriever) -> list[Trajectory]:
     passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
                 if (i := corpus.row(pid)) is not None}
     model.eval()
-    known = closed_book_right(make_engine(cfg.model.engine, model, tok, max_batch_size=cfg.model.max_batch_size,
-                       compile_mode=cfg.model.compile),
-                              samples, cfg.seed, cfg.sft.known_if)
+    known = closed_book_right(engine_for(cfg.model, model, tok), samples, cfg.seed, cfg.sft.known_if)
     trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
                                      cfg.rollout, cfg.seed)
     log.info("SmartRAG SFT: %d answer directly (right closed-book), %d search, %d dropped (answer not in "
