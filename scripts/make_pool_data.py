@@ -22,7 +22,10 @@ split off the dev sets for training (disjoint from every eval/ file). Determinis
   questions with gold passages outside eval/) and 137 2Wiki dev-pool questions. 2Wiki has no
   official supporting passages here: its rows take the kit's `evidence_passage_ids_heuristic`
   (the entity's passage and the nearby passage holding the answer) as `gold_passage_ids`, marked
-  `"gold_source": "heuristic_evidence"`.
+  `"gold_source": "heuristic_evidence"`. Since issue #41's second round, multihop_train also ends
+  with the 600 MuSiQue-train questions of `musique_train_reachable.jsonl.gz` (answers only, no gold
+  passages; built by `experiments/harr/musique_train_pool.py`, which needs the dense index, so it is
+  a separate step), chosen on multihop-dev by the rule in experiments/README.md.
 No eval/ question is in any file.
 """
 from __future__ import annotations
@@ -86,6 +89,7 @@ def main() -> None:
     random.Random(5).shuffle(wiki)
     musique = [r for r in extra if r["dataset"] == "musique"]
     m_train = pool[N_DEV:] + [r for r in extra if r["dataset"] != "musique"] + wiki[N_WIKI_DEV:]
+    m_train += read(OUT / "musique_train_reachable.jsonl.gz")
     m_dev = dev + musique + wiki[:N_WIKI_DEV]
     bad = [r["id"] for r in m_train + m_dev if r["question"].strip().lower() in eval_texts]
     if bad or {r["id"] for r in m_train} & {r["id"] for r in m_dev}:

@@ -106,8 +106,9 @@ def test_search_r1_parquet_and_a_saved_dataset_load(tmp_path):
 
 
 def test_multihop_splits_hold_apart_every_family_and_mark_heuristic_evidence():
-    """The retriever's train / held-apart splits: disjoint, every row has evidence ids, 2Wiki's
-    evidence is marked heuristic, and the held-apart split has each family the evaluation has."""
+    """The retriever's train / held-apart splits: disjoint, every row has evidence ids (but the
+    answer-only MuSiQue-train rows), 2Wiki's evidence is marked heuristic, and the held-apart split
+    has each family the evaluation has."""
     from collections import Counter
 
     from ragrl.rewards.qa import normalize_answer
@@ -115,10 +116,15 @@ def test_multihop_splits_hold_apart_every_family_and_mark_heuristic_evidence():
     train, dev = load_questions("multihop-train"), load_questions("multihop-dev")
     assert not {q["id"] for q in train} & {q["id"] for q in dev}
     assert not {normalize_answer(q["question"]) for q in train} & {normalize_answer(q["question"]) for q in dev}
-    assert all(q.get("gold_passage_ids") for q in train + dev)
+    # MuSiQue's only rows with gold passages are held apart; training has MuSiQue-train questions
+    # with answers only (issue #41), marked so, and every other row has evidence ids.
+    answer_only = [q for q in train if q.get("gold_source") == "answer_only"]
+    assert len(answer_only) == 600 and all(q["dataset"] == "musique" and not q.get("gold_passage_ids")
+                                           for q in answer_only)
+    assert all(q.get("gold_passage_ids") for q in train + dev if q not in answer_only)
     assert all((q.get("gold_source") == "heuristic_evidence") == (q["dataset"] == "2wikimultihopqa") for q in train + dev)
     assert Counter(q["dataset"] for q in dev) == {"hotpotqa": 200, "musique": 100, "2wikimultihopqa": 137}
-    assert not any(q["dataset"] == "musique" for q in train)   # MuSiQue's only gold rows are held apart
+    assert all(q in answer_only for q in train if q["dataset"] == "musique")
     assert {q["id"] for q in load_questions("pool-dev")} <= {q["id"] for q in dev}
 
 
