@@ -19,3 +19,23 @@ class ModelError(RagrlError):
 
 class ConfigError(RagrlError):
     """A recipe or --set override is invalid."""
+
+
+class RunStopped(RagrlError):
+    """A training run stopped on purpose with its last completed step checkpointed; the CLI exits
+    with `exit_code`, so a scheduler can tell a fault worth retrying from a bad recipe (2)."""
+
+    exit_code = 2
+
+
+class RetrievalOutage(RunStopped):
+    """The retrieval server stayed away past guard.retrieval_wait_s: `ragrl train --resume` goes on
+    exactly once it is back."""
+
+    exit_code = 75   # EX_TEMPFAIL (sysexits.h): a temporary failure, try again later
+
+
+class TrainingCollapsed(RunStopped):
+    """A collapse rule tripped again after guard.max_rollbacks rollbacks."""
+
+    exit_code = 3

@@ -1,16 +1,26 @@
 """RetrievalClient / InProcessRetriever / make_retriever against a real server and BM25 index."""
 import asyncio
+import itertools
+import logging
+import random
+import re
 import socket
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit, Retriever
-from ragrl.retrieval.client import AsyncRetrievalClient, RetrievalClient, RetrievalHTTPError, split_contents
+from ragrl.retrieval.client import (AsyncRetrievalClient, RetrievalClient, RetrievalHTTPError,
+                                    RetrievalUnavailable, backoff_delays, split_contents)
 from ragrl.retrieval.inprocess import InProcessRetriever
-from ragrl.retrieval.resolve import make_retriever
+from ragrl.retrieval.resolve import make_retriever, retriever_for
 from ragrl.retrieval.server import ServerSettings, ServerThread, create_app
+from ragrl.train.config import TrainConfig
+from ragrl.train.setup import default_retriever
 from tests.retrieval.serving import Counting, Flaky, demo_questions
 
 # Small limits so that chunking and truncation happen with a handful of queries.
@@ -37,6 +47,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def serve_process(index_dir, port: int = 0) -> tuple[subprocess.Popen, str]:
+    """A real `ragrl serve` process (not a thread), so a test can kill it like a crash would."""
+    cmd = [sys.executable, "-m", "ragrl.cli.main", "serve", "--index", str(index_dir), "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    while line := proc.stdout.readline():  # log lines may come before the ready line
+        if "ready at " in line:
+            return proc, line.split("ready at ")[1].split()[0]
+        lines.append(line)
+    proc.wait(10)
+    raise RuntimeError(f"ragrl serve did not start: {''.join(lines)[-2000:]}")
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+def client_log(caplog, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ragrl.retrieval" and r.levelno == level]
 
 
 def test_split_contents_undoes_hit_contents():
@@ -74,6 +107,7 @@ def test_client_fails_fast_on_4xx_with_server_message(url):
         with pytest.raises(RetrievalHTTPError, match="max_topk=10") as err:
             client.search(["who wrote hamlet"], 11)
         assert err.value.status == 422 and time.monotonic() - t0 < 2.0
+        assert type(err.value) is RetrievalHTTPError  # a refusal, not "unavailable": nothing waited
         with pytest.raises(RagrlError, match="positive integer"):
             client.search(["who wrote hamlet"], 0)  # refused locally, never sent
 
@@ -90,26 +124,127 @@ def test_client_token_errors_fail_fast(index):
 
 def test_client_retries_5xx_until_success(index):
     flaky = Flaky(index, failures=2)
-    with ServerThread(create_app(flaky)) as url, RetrievalClient(url, retries=3, backoff=0.01) as client:
+    with ServerThread(create_app(flaky)) as url, RetrievalClient(url, max_wait_s=10, backoff=0.01) as client:
         assert client.search(["who wrote hamlet"], 3) == index.search(["who wrote hamlet"], 3)
         assert flaky.failures_left == 0 and flaky.batches == [1]  # 2 failed tries, then 1 real search
 
 
-def test_client_gives_up_after_retries(index):
-    flaky = Flaky(index, failures=10)
-    with ServerThread(create_app(flaky)) as url, RetrievalClient(url, retries=2, backoff=0.01) as client:
-        with pytest.raises(RetrievalHTTPError, match="failed after 3 attempts: HTTP 500"):
-            client.search(["who wrote hamlet"], 3)
-        assert flaky.failures_left == 7
-
-
-def test_client_retries_connection_errors_then_raises():
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    with RetrievalClient(url, retries=2, backoff=0.05, timeout=1.0) as client:
+def test_client_gives_up_on_5xx_after_max_wait(index):
+    flaky = Flaky(index, failures=10**6)  # the fault is injected: a server that answers 500 forever
+    with ServerThread(create_app(flaky)) as url, \
+            RetrievalClient(url, max_wait_s=0.5, backoff=0.01, max_backoff=0.05, seed=0) as client:
         t0 = time.monotonic()
-        with pytest.raises(RetrievalHTTPError, match="failed after 3 attempts: ConnectError"):
-            client.search(["q"], 3)
-        assert time.monotonic() - t0 >= 0.05 + 0.1  # backoff 0.05 then 0.1
+        with pytest.raises(RetrievalUnavailable, match="did not answer for 0.5 s .*last error: HTTP 500"):
+            client.search(["who wrote hamlet"], 3)
+        assert 0.5 <= time.monotonic() - t0 < 1.5
+        assert 10**6 - flaky.failures_left >= 3  # it kept trying, not just waited
+
+
+def backoff_delays_take(n: int, backoff: float, max_backoff: float, seed: int = 0) -> list[float]:
+    return list(itertools.islice(backoff_delays(backoff, max_backoff, random.Random(seed)), n))
+
+
+def test_backoff_delays_are_full_jitter_under_a_doubling_capped_bound():
+    delays = backoff_delays_take(2000, 0.2, 5.0)
+    caps = [min(5.0, 0.2 * 2 ** min(n, 10)) for n in range(len(delays))]  # 0.2, 0.4, ..., 3.2, then 5.0
+    assert all(0.0 <= d <= cap for d, cap in zip(delays, caps))
+    late = delays[10:]  # all capped at 5.0: uniform in [0, 5], so spread out, mean about 2.5
+    assert min(late) < 0.5 and max(late) > 4.5 and 2.2 < sum(late) / len(late) < 2.8
+    assert delays == backoff_delays_take(2000, 0.2, 5.0)  # a seeded rng replays the schedule
+    assert delays != backoff_delays_take(2000, 0.2, 5.0, seed=1)
+    assert backoff_delays_take(3, 0.0, 5.0) == [0.0, 0.0, 0.0]
+    assert max(backoff_delays_take(50, 10.0, 1.0)) <= 1.0  # a first delay above the cap is capped
+
+
+def test_client_waits_out_a_server_restart(index, caplog):
+    downtime = 2.0
+    query, ready = ["who wrote hamlet"], []
+    proc, url = serve_process(index.path)
+    procs, port = [proc], int(url.rsplit(":", 1)[1])
+
+    def restart():  # the same port, as a supervisor restarting `ragrl serve` would
+        time.sleep(downtime)
+        procs.append(serve_process(index.path, port)[0])
+        ready.append(time.monotonic())
+
+    try:
+        with RetrievalClient(url, max_wait_s=20, backoff=0.05, max_backoff=0.25, seed=0) as client:
+            assert client.search(query, 3) == index.search(query, 3)  # a pooled connection is now open
+            stop(procs[0])
+            down = time.monotonic()
+            thread = threading.Thread(target=restart)
+            thread.start()
+            with caplog.at_level(logging.INFO, logger="ragrl.retrieval"):
+                hits = client.search(query, 3)  # issued while nothing listens
+            elapsed = time.monotonic() - down
+            thread.join(30)
+        assert hits == index.search(query, 3)
+        assert elapsed >= ready[0] - down >= downtime  # it answered only once the new server was up
+        assert elapsed < ready[0] - down + 1.5  # ... and soon after: max_backoff 0.25 s
+        [warning] = client_log(caplog, logging.WARNING)
+        assert url in warning and "ConnectError" in warning
+        assert any("answers again" in line for line in client_log(caplog, logging.INFO))
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+def test_client_raises_unavailable_when_the_server_stays_away(index, caplog):
+    proc, url = serve_process(index.path)
+    try:
+        with RetrievalClient(url, max_wait_s=3, backoff=0.05, max_backoff=0.5, seed=0) as client:
+            client.notice_every_s = 1.0  # the INFO cadence (10 s in real runs), shortened to be seen
+            assert client.search(["hamlet"], 2) == index.search(["hamlet"], 2)
+            stop(proc)
+            t0 = time.monotonic()
+            with caplog.at_level(logging.INFO, logger="ragrl.retrieval"), \
+                    pytest.raises(RetrievalUnavailable) as err:
+                client.search(["hamlet"], 2)
+            elapsed = time.monotonic() - t0
+    finally:
+        stop(proc)
+    assert 3.0 <= elapsed < 3.0 + 1.0
+    e = err.value
+    assert isinstance(e, RetrievalHTTPError) and e.status is None
+    assert e.url == url and 3.0 <= e.waited_s <= elapsed
+    assert re.match(rf"retrieval server {re.escape(url)} did not answer for 3\.\d s \(\d+ attempts, ", str(e))
+    assert "last error: ConnectError" in str(e)
+    [warning] = client_log(caplog, logging.WARNING)
+    assert url in warning
+    assert 1 <= len(client_log(caplog, logging.INFO)) <= 4  # about one per second of waiting, no flood
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_max_wait_zero_makes_one_attempt(index, asynchronous):
+    flaky = Flaky(index, failures=10)  # injected 500s
+    with ServerThread(create_app(flaky)) as url:
+        if asynchronous:
+            async def search():
+                async with AsyncRetrievalClient(url, max_wait_s=0, backoff=5.0) as client:
+                    return await client.search(["who wrote hamlet"], 3)
+        t0 = time.monotonic()
+        with pytest.raises(RetrievalUnavailable, match="1 attempt, last error: HTTP 500"):
+            if asynchronous:
+                asyncio.run(search())
+            else:
+                with RetrievalClient(url, max_wait_s=0, backoff=5.0) as client:
+                    client.search(["who wrote hamlet"], 3)
+        assert time.monotonic() - t0 < 2.0 and flaky.failures_left == 9
+
+
+def test_async_client_waits_on_connection_errors_then_raises():
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+    async def search():
+        async with AsyncRetrievalClient(url, max_wait_s=0.5, backoff=0.05, timeout=1.0) as client:
+            return await asyncio.gather(client.search(["q"], 3), client.search(["r"], 3),
+                                        return_exceptions=True)
+
+    t0 = time.monotonic()
+    errors = asyncio.run(search())
+    assert 0.5 <= time.monotonic() - t0 < 1.5
+    for e in errors:
+        assert isinstance(e, RetrievalUnavailable) and e.url == url and "ConnectError" in str(e)
 
 
 def test_async_client_matches_index(url, index):
@@ -127,7 +262,7 @@ def test_async_client_matches_index(url, index):
 def test_make_retriever(url, index):
     local = make_retriever(index.path)
     assert isinstance(local, InProcessRetriever) and local.search(["hamlet"], 2) == index.search(["hamlet"], 2)
-    remote = make_retriever(url, retries=0)
+    remote = make_retriever(url, max_wait_s=0)
     assert isinstance(remote, RetrievalClient) and remote.search(["hamlet"], 2) == index.search(["hamlet"], 2)
     remote.close()
     with pytest.raises(RagrlError, match="neither an http"):
@@ -138,3 +273,18 @@ def test_make_retriever(url, index):
         local.search(["ok", 3], 2)
     with pytest.raises(RagrlError, match="larger than max_topk"):
         local.search(["ok"], 101)
+
+
+def test_retriever_for_and_the_trainer_pass_the_wait_to_a_server_only(url, index):
+    remote = retriever_for(url, None, wait_s=7.5)
+    assert isinstance(remote, RetrievalClient) and remote.max_wait_s == 7.5
+    remote.close()
+    default = retriever_for(url, None)
+    assert default.max_wait_s == 120.0
+    default.close()
+    assert isinstance(retriever_for(str(index.path), None, wait_s=7.5), InProcessRetriever)  # never waits
+    cfg = TrainConfig()
+    cfg.data.index, cfg.guard.retrieval_wait_s = url, 42.0
+    trainer = default_retriever(cfg)
+    assert isinstance(trainer, RetrievalClient) and trainer.max_wait_s == 42.0
+    trainer.close()

@@ -1,4 +1,6 @@
 """Checkpoints: exact resume (full model and LoRA), pruning, crash safety, clear errors."""
+import hashlib
+import json
 import logging
 import os
 import random
@@ -15,7 +17,12 @@ from peft import LoraConfig, get_peft_model
 
 from ragrl.errors import RagrlError
 from ragrl.models.tiny import make_tiny_model
-from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ragrl.train.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
 
 POOL = torch.randint(0, 49152, (4, 16), generator=torch.Generator().manual_seed(0))
@@ -76,8 +83,8 @@ def test_full_model_resume_is_exact(tmp_path):
     train_steps(model, optimizer, scheduler, 2)
     ckpt = save_checkpoint(tmp_path, 2, model=model, optimizer=optimizer, scheduler=scheduler,
                            extra={"epoch": 0, "data_pos": 4, "kl_coef": 0.05})
-    assert sorted(os.listdir(ckpt)) == ["model.safetensors", "optimizer.pt", "rng.pt",
-                                        "scheduler.pt", "trainer_state.json"]
+    assert sorted(os.listdir(ckpt)) == ["manifest.json", "model.safetensors", "optimizer.pt",
+                                        "rng.pt", "scheduler.pt", "trainer_state.json"]
     # The tied lm_head/embedding is stored once (~12.6 MB of the ~13 MB).
     assert (ckpt / "model.safetensors").stat().st_size < 14e6
     expected_losses = train_steps(model, optimizer, scheduler, 2)
@@ -241,3 +248,148 @@ def test_corrupt_or_mismatched_files_raise_errors_naming_the_file(tmp_path):
         save_checkpoint(tmp_path, 2, model=model, extra={"cfg": object()})
     with pytest.raises(RagrlError, match="does not exist"):
         load_checkpoint(tmp_path / "nope", model=model)
+
+
+# ---------------------------------------------------------------- damaged checkpoints (manifest)
+
+def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
+    base = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model = get_peft_model(base, LoraConfig(r=2, target_modules=["0", "2"]))
+    model.add_adapter("other", LoraConfig(r=2, target_modules=["0"]))  # saved in a subdir
+    optimizer, scheduler = make_optim([p for p in model.parameters() if p.requires_grad])
+    ckpt = save_checkpoint(tmp_path, 7, model=model, optimizer=optimizer, scheduler=scheduler,
+                           extra_modules={"value_head": torch.nn.Linear(8, 1)})
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    on_disk = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
+    assert "other/adapter_model.safetensors" in on_disk
+    assert manifest["format"] == 1 and manifest["step"] == 7
+    assert set(manifest["files"]) == on_disk - {"manifest.json"}
+    for rel, entry in manifest["files"].items():
+        data = (ckpt / rel).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, rel
+    assert verify_checkpoint(ckpt) is None
+
+
+def two_checkpoints(run_dir):
+    """Checkpoints at steps 10 and 20 of a small model with optimizer and scheduler, different
+    weights in each. Returns the step-10 weights."""
+    torch.manual_seed(0)
+    model = small_model()
+    optimizer, scheduler = make_optim(model.parameters())
+    weights = {}
+    for step in (10, 20):
+        model(torch.randn(3, 4)).pow(2).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
+                        extra={"data_pos": step})
+        weights[step] = snapshot(model)
+    assert not all(torch.equal(a, b) for a, b in zip(weights[10], weights[20]))
+    return weights[10]
+
+
+def ckpt_dir(run_dir, step):
+    return run_dir / "checkpoints" / f"step_{step:06d}"
+
+
+def test_truncated_file_falls_back_to_the_previous_checkpoint_with_a_warning(tmp_path, caplog):
+    two_checkpoints(tmp_path)
+    path = ckpt_dir(tmp_path, 20) / "optimizer.pt"
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes()[:100])
+    assert verify_checkpoint(ckpt_dir(tmp_path, 20)) == (
+        f"optimizer.pt is 100 bytes, the manifest says {size} (truncated)")
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        assert latest_checkpoint(tmp_path) == ckpt_dir(tmp_path, 10)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "step_000020 is damaged (optimizer.pt is 100 bytes" in warning
+    assert "(truncated)" in warning and "resuming from step_000010 instead" in warning
+
+
+def test_flipped_byte_is_a_checksum_mismatch_and_falls_back(tmp_path, caplog):
+    two_checkpoints(tmp_path)
+    path = ckpt_dir(tmp_path, 20) / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # the last byte of a weight: same size, still a loadable file
+    path.write_bytes(bytes(data))
+    load_checkpoint(ckpt_dir(tmp_path, 20), model=small_model(), restore_rng=False)  # loads "fine"
+    assert verify_checkpoint(ckpt_dir(tmp_path, 20)) == (
+        "model.safetensors does not match its checksum (corrupted)")
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        assert latest_checkpoint(tmp_path) == ckpt_dir(tmp_path, 10)
+    assert "model.safetensors does not match its checksum (corrupted)" in caplog.text
+    assert "resuming from step_000010" in caplog.text
+
+
+def test_deleted_file_falls_back_and_a_lone_damaged_checkpoint_is_never_skipped(tmp_path, caplog):
+    two_checkpoints(tmp_path)
+    (ckpt_dir(tmp_path, 20) / "rng.pt").unlink()
+    assert verify_checkpoint(ckpt_dir(tmp_path, 20)) == "rng.pt is missing"
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        assert latest_checkpoint(tmp_path) == ckpt_dir(tmp_path, 10)
+    assert "step_000020 is damaged (rng.pt is missing)" in caplog.text
+
+    # Without its trainer_state.json a step dir used to be ignored, so a run whose only
+    # checkpoint lost it started over from nothing; now it is reported as damaged.
+    solo = tmp_path / "solo"
+    save_checkpoint(solo, 5, model=small_model())
+    (ckpt_dir(solo, 5) / "trainer_state.json").unlink()
+    with pytest.raises(RagrlError, match=r"step_000005 is damaged \(trainer_state.json is missing"):
+        latest_checkpoint(solo)
+
+
+def test_every_checkpoint_damaged_raises_naming_each(tmp_path):
+    two_checkpoints(tmp_path)
+    (ckpt_dir(tmp_path, 20) / "scheduler.pt").unlink()
+    (ckpt_dir(tmp_path, 10) / "manifest.json").write_text("{not json")
+    with pytest.raises(RagrlError) as err:
+        latest_checkpoint(tmp_path)
+    msg = str(err.value)
+    assert "no intact checkpoint" in msg
+    assert "step_000020 is damaged (scheduler.pt is missing)" in msg
+    assert "step_000010 is damaged (manifest.json is unreadable:" in msg
+    assert latest_checkpoint(tmp_path / "other_run") is None  # no checkpoints at all: still None
+
+
+def test_checkpoint_without_manifest_still_loads_with_one_warning(tmp_path, caplog):
+    two_checkpoints(tmp_path)
+    for step in (10, 20):  # as written by a ragrl from before manifests
+        (ckpt_dir(tmp_path, step) / "manifest.json").unlink()
+    assert verify_checkpoint(ckpt_dir(tmp_path, 20)) is None
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        ckpt = latest_checkpoint(tmp_path)
+    assert ckpt == ckpt_dir(tmp_path, 20)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "step_000020 has no manifest.json" in warning and "cannot be verified" in warning
+    assert load_checkpoint(ckpt, model=small_model())["data_pos"] == 20
+
+
+def test_load_after_fallback_restores_the_older_step_exactly(tmp_path):
+    step10_weights = two_checkpoints(tmp_path)
+    path = ckpt_dir(tmp_path, 20) / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-8])
+    model = small_model()
+    optimizer, scheduler = make_optim(model.parameters())
+    state = load_checkpoint(latest_checkpoint(tmp_path), model=model, optimizer=optimizer,
+                            scheduler=scheduler)
+    assert state == {"step": 10, "data_pos": 10}
+    assert scheduler.last_epoch == 1
+    for got, want in zip(snapshot(model), step10_weights, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_pruning_never_deletes_the_only_intact_older_checkpoint(tmp_path, caplog):
+    two_checkpoints(tmp_path)  # keep_last=3: nothing pruned yet
+    path = ckpt_dir(tmp_path, 20) / "optimizer.pt"
+    path.write_bytes(path.read_bytes()[:50])
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        save_checkpoint(tmp_path, 30, model=small_model(), keep_last=2)
+    # Counting dirs, step 10 would go; but step 20 is damaged, so 10 is the intact fallback.
+    assert step_dirs(tmp_path) == ["step_000010", "step_000020", "step_000030"]
+    assert "step_000020 is damaged" in caplog.text
+    (ckpt_dir(tmp_path, 30) / "rng.pt").unlink()
+    assert latest_checkpoint(tmp_path) == ckpt_dir(tmp_path, 10)
+    # With enough intact ones again, pruning removes the old and damaged dirs as before.
+    for step in (40, 50):
+        save_checkpoint(tmp_path, step, model=small_model(), keep_last=2)
+    assert step_dirs(tmp_path) == ["step_000040", "step_000050"]

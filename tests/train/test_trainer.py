@@ -292,16 +292,16 @@ def test_time_budget_stops_before_a_step_that_would_overrun_and_checkpoints(tiny
 
 
 def test_progress_bar_counts_time_under_a_budget_and_steps_otherwise():
-    from ragrl.train.trainer import _progress
+    from ragrl.train.progress import TrainProgress
 
     row = {"reward_mean": 0.5, "f1": 0.25, "searches": 1.0}
-    timed = _progress(True, 1000, 3, time_budget_s=60.0)
+    timed = TrainProgress(True, 1000, 3, time_budget_s=60.0)
     timed.update(row)
     timed.update(row)
     task = timed.p.tasks[0]
     timed.close()
     assert task.total == 60.0 and 0 <= task.completed < 60.0 and task.fields["step"] == 5
-    stepped = _progress(True, 10, 3)
+    stepped = TrainProgress(True, 10, 3)
     stepped.update(row)
     task = stepped.p.tasks[0]
     stepped.close()

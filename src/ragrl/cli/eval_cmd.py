@@ -60,10 +60,11 @@ def _multi_hop_searches(base_retriever, trained_retriever, rc) -> dict:
 def register(app: typer.Typer) -> None:
     @app.command("view")
     def view(
-        run_dir: Path = typer.Argument(..., help="an eval or training directory"),
+        run_dir: Path = typer.Argument(..., help="an eval, quickstart or training directory"),
         out: Optional[Path] = typer.Option(None, "--out", help="the HTML file \\[default: RUN_DIR/view.html]"),
     ) -> None:
-        """Write one self-contained HTML page to browse the directory's trajectories and curves."""
+        """Write one self-contained HTML page to browse the directory's trajectories, retrieval results
+        (base vs trained top k per question) and curves."""
         from ragrl.eval.viewer import write_view  # late: keeps `ragrl --help` instant
 
         typer.echo(f"wrote {write_view(run_dir, out)}")
@@ -153,6 +154,7 @@ def register(app: typer.Typer) -> None:
             retriever, base_retriever = _with_query_encoder(retriever, query_encoder), retriever
         if want_retrieval:
             from ragrl.eval.retrieval import compare_retrievers, format_comparison  # late: keeps `ragrl --help` instant
+            from ragrl.eval.retriever_view import ROWS_FILE, retrieval_rows, set_name, write_retrieval_rows  # late: as above
 
             searches = {"index encoder": base_retriever.search}
             if query_encoder is not None:
@@ -162,15 +164,21 @@ def register(app: typer.Typer) -> None:
                 # the run's own hops and history, for the index's encoder and the trained one alike
                 searches = _multi_hop_searches(base_retriever, retriever, rc)
             hop_size = topk if rc is not None and rc.hops > 1 else None
-            comp = compare_retrievers(searches, samples, topk, baseline="index encoder", hop_size=hop_size)
+            hits: dict = {}
+            comp = compare_retrievers(searches, samples, topk, baseline="index encoder", hop_size=hop_size, hits_out=hits)
             out.mkdir(parents=True, exist_ok=True)
+            # per question, for `ragrl view OUT`: each system's passages, gold and answer-bearing ones marked
+            write_retrieval_rows(out / ROWS_FILE, retrieval_rows(
+                samples, hits, {name: comp[name]["per_question"] for name in searches},
+                set_name=set_name(data), hop_size=hop_size))
             table = format_comparison(comp, list(searches), "index encoder", f"retrieval on {data}")
             (out / "retrieval.md").write_text(table)
             (out / "retrieval.json").write_text(json.dumps(
                 {**comp, "settings": {"index": index, "query_encoder": str(query_encoder) if query_encoder else None,
                                       "data_file": data, "n": len(samples), "k": comp["index encoder"]["k"],
-                                      "hops": rc.hops if rc is not None else 1}}, indent=1))
+                                      "hops": rc.hops if rc is not None else 1, "run": str(run.resolve()) if run else None}}, indent=1))
             typer.echo(table)
+            typer.echo(f"per question: {out / ROWS_FILE} (browse: ragrl view {out})")
             if not chosen:
                 return
         lm, tok = load_policy(model, device=torch_device)

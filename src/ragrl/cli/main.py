@@ -1,11 +1,11 @@
 """`ragrl` command line: one Typer app; each concern registers its thin commands."""
 from __future__ import annotations
 
-import logging
 import sys
 
 import typer
 
+from ragrl.cli.console import setup_console
 from ragrl.errors import RagrlError
 
 app = typer.Typer(
@@ -23,16 +23,22 @@ for _mod in (index_cmd, serve_cmd, eval_cmd, train_cmd):
     _mod.register(app)
 
 
+@app.callback()
+def _console(verbose: bool = typer.Option(False, "--verbose", "-v",
+                                          help="show the libraries' log lines (INFO), progress bars and warnings too; "
+                                               "give it before the command: ragrl -v train ...")) -> None:
+    """Train retrieval-augmented LLM agents with reinforcement learning."""
+    setup_console(verbose)   # what reaches the terminal: see ragrl.cli.console
+
+
 def main() -> None:
-    """Entry point that turns user-fixable errors into one clear line (exit code 2)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # faiss announces its CPU kernels (AVX2/AVX512) at INFO on import: library chatter, not ragrl's.
-    logging.getLogger("faiss").setLevel(logging.WARNING)
+    """Entry point that turns user-fixable errors into one clear line (exit code 2; a run that stopped
+    on a fault exits with its own code: 75 retrieval outage, 3 collapse, see ragrl.errors)."""
     try:
         app(standalone_mode=False)
     except RagrlError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
-        sys.exit(2)
+        sys.exit(getattr(e, "exit_code", 2))
     except (typer.Abort, KeyboardInterrupt):
         typer.secho("aborted", fg="red", err=True)
         sys.exit(130)

@@ -10,6 +10,8 @@ from typing import Optional
 import typer
 from rich.progress import Progress
 
+from ragrl.cli.console import narrate
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -88,6 +90,9 @@ def register(app: typer.Typer) -> None:
         """The main job: index, evaluate, RL, evaluate again on held-out questions, print the before/after table."""
         if job not in ("retriever", "agent"):
             raise typer.BadParameter(f"{job!r} is not one of retriever, agent", param_hint="--job")
+        # The job prints one line per stage and its own bars; ragrl's log lines go to the run's train.log,
+        # but for HARR's question filter, a stage's result (shown under the RL stage's line).
+        narrate("question filter:")
         if job == "retriever":
             from ragrl.quickstart.retriever_job import run_retriever_quickstart  # late: keeps `ragrl --help` instant
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-StopReason = Literal["stop", "eos", "length"]
+StopReason = Literal["stop", "eos", "length", "timeout"]
 
 
 @dataclass
@@ -30,6 +30,13 @@ class SamplingParams:
     # grammar, e.g. MMOA-RAG's selector). Sampling is restricted to them; the recorded log-prob
     # stays the raw temperature-1 one of the model, as PPO needs. None: unconstrained.
     allowed_tokens: Callable[[list[int]], Sequence[int]] | None = None
+    # Wall-time bound: a `time.monotonic()` instant. A row still decoding at it stops with
+    # stop_reason "timeout" and keeps the tokens (and log-probs) generated so far, so one slow row
+    # cannot hold a batch past its caller's budget; a row whose deadline has already passed when
+    # generate starts (or before it gets a batch slot) returns with no new token, or at most one.
+    # Engines check it between decode steps (StaticEngine: every `check_every` tokens), so a row may
+    # overrun it by one step or chunk. None: no bound. The vLLM engine refuses it.
+    deadline: float | None = None
 
 
 @dataclass
@@ -39,7 +46,8 @@ class Generation:
     token_ids: the new tokens, [T].
     logprobs: log p(token_t | prefix) under the *sampling* distribution's model logits
         at temperature 1 (before top-p truncation), [T] — what PPO needs as old log-probs.
-    stop_reason: "stop" (a stop string matched; `stop_string` says which), "eos", or "length".
+    stop_reason: "stop" (a stop string matched; `stop_string` says which), "eos", "length", or
+        "timeout" (cut at `SamplingParams.deadline`: the tokens so far, possibly none).
     """
 
     token_ids: list[int]

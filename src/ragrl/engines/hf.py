@@ -22,6 +22,7 @@ the new weights.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +32,8 @@ from ragrl.engines.kv_cache import PrefixStore, batch_from_entries, new_cache
 from ragrl.engines.requests import (
     check_requests,
     default_eos,
+    expire_rows,
+    past_deadline,
     row_seed,
     shared_prefix_len,
     stop_string_in,
@@ -137,7 +140,15 @@ class HFEngine:
         Inside `prefix_caching()`, when every row extends a sequence stored by an earlier call
         (the next turn of an episode), the rows' stored KV is the prefix instead, left-padded:
             [pad][stored_k][pad][new tokens_k]
+
+        A row whose `deadline` passed before its batch started ends with no tokens; one that
+        reaches it while decoding ends after that step's token ("timeout").
         """
+        rows = expire_rows(rows)
+        if not rows:
+            return
+        # One clock read per decode step, and none at all for a batch without bounds.
+        timed = any(r.params.deadline is not None for r in rows)
         store = self._store
         hits = [store.longest_prefix(r.prompt) for r in rows] if store is not None else []
         B = len(rows)
@@ -174,8 +185,9 @@ class HFEngine:
         active = rows
         while True:
             tokens, logprobs = self._sample(logits, active)
+            now = time.monotonic() if timed else None
             steps = zip(active, tokens.tolist(), logprobs.tolist())
-            keep = [k for k, (row, token, logprob) in enumerate(steps) if not row.append(token, logprob, self)]
+            keep = [k for k, (row, token, logprob) in enumerate(steps) if not row.append(token, logprob, self, now)]
             if store is not None:  # keep finished rows' KV for the next turn, before they are dropped
                 for k in sorted(set(range(len(active))) - set(keep)):
                     store.put(active[k].prompt + active[k].token_ids[:-1], cache, k,
@@ -249,8 +261,9 @@ class _Row:
     stop_reason: str | None = None
     stop_string: str | None = None
 
-    def append(self, token: int, logprob: float, engine: HFEngine) -> bool:
-        """Record a token; True when the row is finished (eos, stop string, or length)."""
+    def append(self, token: int, logprob: float, engine: HFEngine, now: float | None = None) -> bool:
+        """Record a token; True when the row is finished (eos, stop string, length, or its deadline
+        at or before the clock reading `now`: a natural end on the same token wins)."""
         self.token_ids.append(token)
         self.logprobs.append(logprob)
         if token in engine.eos_token_ids:
@@ -259,6 +272,8 @@ class _Row:
             self.stop_reason, self.stop_string = "stop", found
         elif len(self.token_ids) >= self.params.max_new_tokens:
             self.stop_reason = "length"
+        elif past_deadline(self.params, now):
+            self.stop_reason = "timeout"
         return self.stop_reason is not None
 
     def _stop_string(self, tokenizer) -> str | None:

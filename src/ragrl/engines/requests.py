@@ -1,9 +1,11 @@
 """What every local engine does around its decode loop: check a request, seed its rows, turn sampled
-ids into a `Generation`. Shared by `HFEngine` and `StaticEngine` so both refuse the same requests
-and report the same stop reasons."""
+ids into a `Generation`, cut rows at their wall-time deadline. Shared by `HFEngine` and
+`StaticEngine` so both refuse the same requests and report the same stop reasons."""
 from __future__ import annotations
 
 import hashlib
+import math
+import time
 
 from ragrl.engines.base import Generation, SamplingParams
 from ragrl.errors import ConfigError, RagrlError
@@ -28,7 +30,34 @@ def check_requests(prompts, params, vocab_size: int) -> list[SamplingParams]:
             raise ConfigError(f"need temperature >= 0 and 0 < top_p <= 1, got {sp.temperature}, {sp.top_p}")
         if any(not s for s in sp.stop):
             raise ConfigError("stop strings must be non-empty")
+        if sp.deadline is not None and (not isinstance(sp.deadline, (int, float)) or math.isnan(sp.deadline)):
+            raise ConfigError(f"deadline must be a time.monotonic() instant or None, got {sp.deadline!r}")
     return per_prompt
+
+
+def deadline_clock(rows) -> float | None:
+    """`time.monotonic()` when any of `rows` (each with `.params`) has a deadline, else None: a
+    batch with no bound never reads the clock, and one with bounds reads it once per check."""
+    return time.monotonic() if any(r.params.deadline is not None for r in rows) else None
+
+
+def past_deadline(params: SamplingParams, now: float | None) -> bool:
+    """True when `params` has a deadline and the clock reading `now` (None: not read) is at or past it."""
+    return now is not None and params.deadline is not None and now >= params.deadline
+
+
+def expire_rows(rows: list) -> list:
+    """Rows (each with `.params` and `.stop_reason`) whose deadline has passed before they ran end
+    here, with no tokens and stop_reason "timeout"; the others are returned, to be decoded. Called
+    before a prefill, so a row that waited past its bound costs no compute."""
+    now = deadline_clock(rows)
+    live = []
+    for row in rows:
+        if past_deadline(row.params, now):
+            row.stop_reason = "timeout"
+        else:
+            live.append(row)
+    return live
 
 
 def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:

@@ -15,7 +15,9 @@ and reads every token back to the host: on a GPU that is ~0.1x of a compiled dec
            mode="reduce-overhead"), or CUDA graphs captured directly (`compile_mode="graphs"`).
   host     reads the sampled tokens back every `check_every` steps, not every token: eos, budgets
            and stop strings are checked on that chunk, and a row is cut at the token that ended
-           it (the tokens a finished row decoded past its end are dropped, never returned).
+           it (the tokens a finished row decoded past its end are dropped, never returned). Wall-time
+           deadlines are checked there too (a row past its own ends "timeout" with the chunk it
+           has) and before a waiting row is prefilled (past it: no slot, no tokens).
   prefill  new rows are prefilled together into their slots (right-padded, eager); a prefix that
            all of them share (chat template, system prompt, one question's n samples) is run once
            and copied; inside `prefix_caching()` the next turn of an episode copies its stored KV
@@ -28,6 +30,7 @@ module (without turn KV reuse), since a callback cannot run inside a compiled st
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import torch
@@ -39,6 +42,8 @@ from ragrl.engines.kv_cache import PrefixStore
 from ragrl.engines.requests import (
     check_requests,
     default_eos,
+    expire_rows,
+    past_deadline,
     row_seed,
     shared_prefix_len,
     stop_string_in,
@@ -245,11 +250,14 @@ class StaticEngine:
         use_top_p = any(r.params.top_p < 1 and r.params.temperature > 0 for r in rows)
         sampling = (use_top_p, any(r.params.temperature > 0 for r in rows))
         pending, in_slot = deque(rows), [None] * n_slots
+        timed = any(r.params.deadline is not None for r in rows)   # else the clock is never read
         while True:
             free = [s for s, row in enumerate(in_slot) if row is None]
             if pending and free:
                 batch = [pending.popleft() for _ in range(min(len(free), len(pending)))]
-                self._admit(state, batch, free[:len(batch)], in_slot, sampling)
+                batch = expire_rows(batch)   # waited past its deadline: ends with no tokens, takes no slot
+                if batch:
+                    self._admit(state, batch, free[:len(batch)], in_slot, sampling)
                 continue
             active = [s for s, row in enumerate(in_slot) if row is not None]
             if not active:
@@ -259,8 +267,13 @@ class StaticEngine:
                 active = list(range(len(active)))
             steps = min(self.check_every, max(in_slot[s].remaining for s in active))
             tokens, logprobs = state.chunk(steps, sampling)
+            now = time.monotonic() if timed else None
             for s in active:
-                if in_slot[s].extend(tokens[s], logprobs[s], self):
+                row = in_slot[s]
+                ended = row.extend(tokens[s], logprobs[s], self)
+                if not ended and past_deadline(row.params, now):
+                    row.stop_reason, ended = "timeout", True
+                if ended:
                     self._release(state, s, in_slot)
 
     def _admit(self, state: _SlotState, batch: list[_Row], slots: list[int], in_slot: list, sampling) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ragrl.engines.base import Generation, SamplingParams
-from ragrl.errors import RagrlError
+from ragrl.errors import ConfigError, RagrlError
 from ragrl.models.lm_weights import load_tokenizer, resolve_policy
 
 INSTALL_HINT = "VLLMEngine needs the optional extra: pip install 'ragrl[vllm]' and a CUDA GPU"
@@ -62,6 +62,10 @@ class VLLMEngine:
         if any(sp.allowed_tokens is not None for sp in per_prompt):
             # Refused rather than ignored: an unconstrained selector would emit free text.
             raise RagrlError("the vLLM engine does not apply allowed_tokens (constrained decoding); use engine: hf")
+        if any(sp.deadline is not None for sp in per_prompt):
+            # Refused rather than ignored: vLLM's offline generate runs every request to its end.
+            raise ConfigError("vLLM's engine does not support wall-time bounds (SamplingParams.deadline): use "
+                              "model.engine=hf or static, or drop rollout.max_episode_s / rollout.max_rollout_s")
         vllm_params = [
             self._vllm.SamplingParams(
                 n=sp.n, temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_new_tokens,

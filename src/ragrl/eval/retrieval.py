@@ -40,13 +40,14 @@ def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
 
 
 def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = False,
-                   batch_size: int = 64, hop_size: int | None = None) -> dict:
+                   batch_size: int = 64, hop_size: int | None = None, hits_out: dict | None = None) -> dict:
     """Deterministic top-k for every question (the question as the query); metrics in percent.
 
     `search` may return several hops' passages in hop order (k · hops); all of them are scored.
     hop_size (the passages each hop adds) gives the per-hop breakdown: for each hop h, the share
     of questions whose first gold passage (`gold_hop{h}`) or first answer-bearing passage
-    (`answer_hop{h}`) came from hop h."""
+    (`answer_hop{h}`) came from hop h. hits_out, a dict, receives {id: [Hit]} (the passages
+    themselves, e.g. for `ragrl.eval.retriever_view.retrieval_rows`; the result keeps only ids)."""
     t0 = time.perf_counter()
     hits = []
     for s in range(0, len(samples), batch_size):
@@ -66,6 +67,8 @@ def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = 
                 row["answer_hop"] = next((1 + i // hop_size for i, t in enumerate(texts)
                                           if answer_in([t], q["answers"])), 0)
         rows[str(q["id"])] = row
+        if hits_out is not None:
+            hits_out[str(q["id"])] = hs
     out = {**summarize_rows(rows, hop_size), "retrieval_wall_s": time.perf_counter() - t0}
     out["k"] = max([k] + [len(hs) for hs in hits])   # the passages the reader is given (every hop's)
     if per_question:
@@ -110,13 +113,16 @@ def paired_against(rows: dict[str, dict], baseline: str) -> dict:
 
 
 def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: str, *,
-                       hop_size: int | None = None) -> dict:
+                       hop_size: int | None = None, hits_out: dict | None = None) -> dict:
     """Evaluate several retrievers on the same questions; paired differences against `baseline`.
 
     searches: {name: search(queries, k)}. Returns {name: metrics, "paired": {name: {metric:
     {diff, lo, hi, p}}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
-    counts questions whose top k holds a gold passage (or the answer) only with `name`."""
-    out = {name: retrieval_eval(fn, samples, k, per_question=True, hop_size=hop_size) for name, fn in searches.items()}
+    counts questions whose top k holds a gold passage (or the answer) only with `name`.
+    hits_out, a dict, receives {name: {id: [Hit]}} (see `retrieval_eval`)."""
+    out = {name: retrieval_eval(fn, samples, k, per_question=True, hop_size=hop_size,
+                                hits_out=None if hits_out is None else hits_out.setdefault(name, {}))
+           for name, fn in searches.items()}
     return {**out, **paired_against({name: out[name]["per_question"] for name in searches}, baseline)}
 
 

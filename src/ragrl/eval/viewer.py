@@ -7,7 +7,10 @@ whose data file gives the gold passage ids), a training run's `trajectories/step
 `metrics.jsonl` (curves). Per question: the question, gold answers, each system's answer, reward
 and metrics; every turn's action, with the observation marked as masked (retrieved text the policy
 did not write and is not trained on); queries and retrieved passages, gold passages highlighted.
-Filters (right / wrong, searched / not, format error, text), two systems side by side, curves.
+Filters (right / wrong, searched / not, format error, text), two systems side by side, curves
+(axes, steps, raw and EMA; a metric constant throughout is named below them, not drawn). A
+retriever's results (`retrieval_per_question.jsonl` of the quickstart or `ragrl eval --systems
+retrieval`, also found from the quickstart's rl/) get their own section: ragrl.eval.retriever_view.
 The page renders one page of questions at a time, so 10k trajectories stay responsive. Its state
 lives in the URL hash (`#a=agent&b=naive_rag&filter=wrong`), so a view can be linked, and tested.
 """
@@ -15,10 +18,12 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from ragrl.datasets import load_questions
 from ragrl.errors import RagrlError
+from ragrl.eval.retriever_view import RET_BAR, RET_CSS, RET_JS, RET_MAIN, ROWS_FILE, collect_retrieval, curves_dir
 from ragrl.jsonl import iter_json_objects
 
 TEXT_LIMIT = 4000   # characters kept per action / observation (a page stays light)
@@ -41,7 +46,8 @@ def _slim(t: dict) -> dict:
 
 
 def collect(run_dir: str | Path) -> dict:
-    """Everything the page needs from a directory: {systems: {name: [trajectory]}, gold_ids, curves}."""
+    """Everything the page needs from a directory: {systems: {name: [trajectory]}, gold_ids, curves,
+    flat (the metrics constant throughout: {name: value}), retrieval (ragrl.eval.retriever_view)}."""
     d = Path(run_dir)
     if not d.is_dir():
         raise RagrlError(f"{d}: not a directory")
@@ -50,9 +56,11 @@ def collect(run_dir: str | Path) -> dict:
         systems[p.stem.removeprefix("trajectories_")] = [_slim(t) for t in _read_jsonl(p)]
     for p in sorted((d / "trajectories").glob("step_*.jsonl")) if (d / "trajectories").is_dir() else []:
         systems[f"train {p.stem}"] = [_slim(t) for t in _read_jsonl(p)]
-    curves = _read_jsonl(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []
-    if not systems and not curves:
-        raise RagrlError(f"{d}: no trajectories_*.jsonl, trajectories/step_*.jsonl or metrics.jsonl to show")
+    retrieval = collect_retrieval(d)
+    metrics_dir = d if (d / "metrics.jsonl").is_file() else curves_dir(d) if retrieval else None
+    curves = _read_jsonl(metrics_dir / "metrics.jsonl") if metrics_dir else []
+    if not systems and not curves and retrieval is None:
+        raise RagrlError(f"{d}: no trajectories_*.jsonl, trajectories/step_*.jsonl, {ROWS_FILE} or metrics.jsonl to show")
     gold_ids = {}
     report = d / "report.json"
     if report.is_file():
@@ -62,18 +70,26 @@ def collect(run_dir: str | Path) -> dict:
                 gold_ids = {str(q["id"]): q.get("gold_passage_ids") or [] for q in load_questions(data_file)}
             except RagrlError:
                 gold_ids = {}   # the data file moved: the page shows no gold highlighting
-    keys = [k for k in ("reward_mean", "f1", "gold_recall", "searches", "format_error_rate", "eval/recall", "eval/f1")
-            if any(isinstance(r.get(k), (int, float)) for r in curves)]
-    curve = {k: [[r.get("step", i), r[k]] for i, r in enumerate(curves) if isinstance(r.get(k), (int, float))]
-             for k in keys}
-    return {"title": str(d), "systems": systems, "gold_ids": gold_ids, "curves": curve}
+    keys = [k for k in ("reward_mean", "f1", "gold_recall", "searches", "format_error_rate", "eval/recall",
+                        "eval/answer_at_k", "eval/f1") if any(isinstance(r.get(k), (int, float)) for r in curves)]
+    # The guards' events (ragrl.train.guards): shown where one acted, so a rollback or a skipped
+    # update is seen next to the curve it explains.
+    keys += [k for k in ("guard/rollbacks", "guard/nonfinite_skipped", "timeouts")
+             if any(isinstance(r.get(k), (int, float)) and r[k] for r in curves)]
+    curve = {k: [[r.get("step", i), r[k]] for i, r in enumerate(curves)
+                 if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])] for k in keys}   # NaN: not JSON
+    flat = {k: v[0][1] for k, v in curve.items() if len(v) > 1 and len({y for _, y in v}) == 1}
+    curve = {k: v for k, v in curve.items() if k not in flat}
+    return {"title": str(d), "systems": systems, "gold_ids": gold_ids, "curves": curve, "flat": flat,
+            "retrieval": retrieval}
 
 
 def write_view(run_dir: str | Path, out: str | Path | None = None) -> Path:
     data = collect(run_dir)
     out = Path(out) if out else Path(run_dir) / "view.html"
     payload = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")   # never closes the script tag
-    page = PAGE.replace("__TITLE__", html.escape(data["title"])).replace("__DATA__", payload)
+    page = PAGE.replace("__RET_CSS__", RET_CSS).replace("__RET_BAR__", RET_BAR).replace("__RET_MAIN__", RET_MAIN)
+    page = page.replace("__RET_JS__", RET_JS).replace("__TITLE__", html.escape(data["title"])).replace("__DATA__", payload)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.rename(out)
@@ -93,18 +109,23 @@ main{padding:12px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;
 .obs::before{content:"masked (retrieved, not trained on) ";font-size:11px;color:#888;display:block}
 .pid{display:inline-block;border:1px solid #ccc;border-radius:3px;padding:0 3px;margin:1px;font-size:12px}
 .pid.g{background:#d9f5d9;border-color:#393}.err{color:#a00}.meta{color:#666;font-size:12px}
-svg{background:#fff;border:1px solid #ddd;margin:4px}#curves{display:flex;flex-wrap:wrap}
-</style></head><body>
+svg{background:#fff;border:1px solid #ddd;margin:4px}#curves{display:flex;flex-wrap:wrap}[hidden]{display:none!important}
+.tick{font-size:10px;fill:#555}.ctitle{font-size:12px;font-weight:600;fill:#222}.lgd{font-size:10px;fill:#333}
+__RET_CSS__</style></head><body>
 <header>
- <label>system <select id="a"></select></label>
+ <select id="view" hidden><option value="retrieval">retrieval</option><option value="traj">trajectories</option></select>
+ <span id="trajbar"><label>system <select id="a"></select></label>
  <label>beside <select id="b"><option value="">(none)</option></select></label>
  <label>show <select id="filter"><option value="all">all</option><option value="right">right (EM)</option>
  <option value="wrong">wrong</option><option value="searched">searched</option><option value="nosearch">did not search</option>
  <option value="format">format error</option><option value="differ">A and B differ</option></select></label>
  <input id="text" placeholder="find in question"> <span id="count" class="meta"></span>
- <button id="prev">&lt;</button><span id="page" class="meta"></span><button id="next">&gt;</button>
+ <button id="prev">&lt;</button><span id="page" class="meta"></span><button id="next">&gt;</button></span>
+__RET_BAR__
 </header>
-<main><div id="curves"></div><div id="list"></div></main>
+<main><div id="curves"></div><div id="flat" class="meta"></div><div id="none" class="meta" hidden>No per-question
+results here (trajectories_*.jsonl, trajectories/ or retrieval_per_question.jsonl): curves only. A retriever run's
+results: ragrl eval --run RUN --systems retrieval --out OUT, then ragrl view OUT.</div><div id="list"></div>__RET_MAIN__</main>
 <script id="data" type="application/json">__DATA__</script>
 <script>
 const D = JSON.parse(document.getElementById('data').textContent);
@@ -113,8 +134,11 @@ const names = Object.keys(D.systems), byId = {};
 for (const n of names) { byId[n] = {}; for (const t of D.systems[n]) byId[n][t.id + '|' + t.agent] = t; }
 for (const n of names) { $('a').add(new Option(n, n)); $('b').add(new Option(n, n)); }
 function state() { const s = Object.fromEntries(new URLSearchParams(location.hash.slice(1)));
-  return {a: s.a || names[0] || '', b: s.b || '', filter: s.filter || 'all', text: s.text || '', page: +(s.page || 0)}; }
-function setState(p) { const s = Object.assign(state(), p); location.hash = new URLSearchParams(s).toString(); }
+  return {a: s.a || names[0] || '', b: s.b || '', filter: s.filter || 'all', text: s.text || '', page: +(s.page || 0),
+          view: s.view || ''}; }
+function setState(p) {   // keeps the retrieval section's keys (rf, rs, rk, rq, rp) too
+  const s = Object.assign(state(), Object.fromEntries(new URLSearchParams(location.hash.slice(1))), p);
+  location.hash = new URLSearchParams(s).toString(); }
 function esc(x) { return String(x ?? '').replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c])); }
 function right(t) { return t && t.em === 1; }
 function keep(t, s) {
@@ -152,23 +176,57 @@ function render() {
      <div class="cols"><div class="col"><div class="meta">${esc(s.a)}</div>${side(t)}</div>
      ${s.b ? `<div class="col"><div class="meta">${esc(s.b)}</div>${side(o)}</div>` : ''}</div></div>`; }).join('');
 }
-function curves() {
+function nice(lo, hi, n, integer) {   // axis bounds and ticks at 1, 2, 5 · 10^e
+  if (!(hi > lo)) { const d = Math.abs(lo) * 0.1 || 1; lo -= d; hi += d; }
+  const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / mag;
+  let step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+  if (integer) step = Math.max(1, Math.round(step));
+  const a = Math.floor(lo / step) * step, b = Math.ceil(hi / step) * step, ticks = [];
+  for (let v = a; v <= b + step / 2; v += step) ticks.push(+v.toPrecision(12));
+  return {lo: a, hi: b, ticks, dec: Math.max(0, -Math.floor(Math.log10(step)))}; }
+function curves() {   // per metric: title, axes with ticks (x: step), raw + EMA 0.9 (or points if few), legend
   for (const [k, pts] of Object.entries(D.curves)) {
     if (!pts.length) continue;
-    const xs = pts.map(p => p[0]), ys = pts.map(p => p[1]), W = 300, H = 140;
-    const x0 = Math.min(...xs), x1 = Math.max(...xs) || 1, y0 = Math.min(...ys), y1 = Math.max(...ys);
-    const sx = x => 30 + (W - 40) * (x - x0) / ((x1 - x0) || 1), sy = y => H - 20 - (H - 35) * (y - y0) / ((y1 - y0) || 1);
+    const W = 300, H = 180, L = 46, RM = 10, T = 26, B = 34, xs = pts.map(p => p[0]), ys = pts.map(p => p[1]);
+    const X = nice(Math.min(...xs), Math.max(...xs), 5, true), Y = nice(Math.min(...ys), Math.max(...ys), 4, false);
+    const sx = x => (L + (W - L - RM) * (x - X.lo) / (X.hi - X.lo)).toFixed(1);
+    const sy = y => (H - B - (H - T - B) * (y - Y.lo) / (Y.hi - Y.lo)).toFixed(1);
+    const many = pts.length >= 12;
     let ema = ys[0]; const sm = ys.map(y => (ema = 0.9 * ema + 0.1 * y));
-    const line = (v, c, o) => `<polyline fill="none" stroke="${c}" stroke-opacity="${o}" points="${pts.map((p, i) => sx(p[0]) + ',' + sy(v[i])).join(' ')}"/>`;
-    $('curves').insertAdjacentHTML('beforeend', `<svg width="${W}" height="${H}"><text x="30" y="12" font-size="11">${esc(k)} (raw, EMA 0.9)</text>
-      <text x="2" y="${H - 20}" font-size="9">${y0.toFixed(2)}</text><text x="2" y="20" font-size="9">${y1.toFixed(2)}</text>
-      ${line(ys, '#36c', 0.35)}${line(sm, '#36c', 1)}</svg>`);
+    const line = (v, o, w) => `<polyline fill="none" stroke="#36c" stroke-opacity="${o}" stroke-width="${w}" points="${xs.map((x, i) => sx(x) + ',' + sy(v[i])).join(' ')}"/>`;
+    let g = '';
+    for (const t of Y.ticks) g += `<line x1="${L}" x2="${W - RM}" y1="${sy(t)}" y2="${sy(t)}" stroke="#eee"/><text class="tick" x="${L - 4}" y="${+sy(t) + 3}" text-anchor="end">${t.toFixed(Y.dec)}</text>`;
+    for (const t of X.ticks) g += `<line x1="${sx(t)}" x2="${sx(t)}" y1="${H - B}" y2="${H - B + 4}" stroke="#999"/><text class="tick" x="${sx(t)}" y="${H - B + 15}" text-anchor="middle">${t.toFixed(X.dec)}</text>`;
+    g += `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#999"/><line x1="${L}" y1="${H - B}" x2="${W - RM}" y2="${H - B}" stroke="#999"/>`
+      + `<text class="tick" x="${(L + W - RM) / 2}" y="${H - 5}" text-anchor="middle">step</text>`;
+    const lx = W - RM - 118, legend = many
+      ? `<line x1="${lx}" x2="${lx + 14}" y1="10" y2="10" stroke="#36c" stroke-opacity="0.35"/><text class="lgd" x="${lx + 17}" y="13">raw</text>`
+        + `<line x1="${lx + 42}" x2="${lx + 56}" y1="10" y2="10" stroke="#36c" stroke-width="1.8"/><text class="lgd" x="${lx + 59}" y="13">EMA 0.9</text>`
+      : `<circle cx="${lx + 49}" cy="10" r="2.5" fill="#36c"/><text class="lgd" x="${lx + 56}" y="13">value</text>`;
+    const body = many ? line(ys, 0.35, 1) + line(sm, 1, 1.8)
+      : line(ys, 1, 1.2) + xs.map((x, i) => `<circle cx="${sx(x)}" cy="${sy(ys[i])}" r="2.5" fill="#36c"/>`).join('');
+    $('curves').insertAdjacentHTML('beforeend', `<svg class="curve" data-metric="${esc(k)}" width="${W}" height="${H}">`
+      + `<text class="ctitle" x="8" y="14">${esc(k)}</text>${legend}${g}${body}</svg>`);
   }
+  const flat = Object.entries(D.flat || {});
+  $('flat').textContent = flat.length ? 'constant throughout (not drawn): ' + flat.map(([k, v]) => `${k} = ${+v.toPrecision(4)}`).join(', ') : '';
 }
+function mode() {   // which section shows: retrieval (the default where there is one), trajectories, or none
+  const v = state().view, ret = !!D.retrieval, tr = names.length > 0;
+  return ret && (v !== 'traj' || !tr) ? 'retrieval' : tr ? 'traj' : 'none'; }
+function show() {
+  const m = mode(); $('view').value = m; $('view').hidden = !(D.retrieval && names.length);
+  $('trajbar').hidden = $('list').hidden = m !== 'traj'; $('retbar').hidden = $('ret').hidden = m !== 'retrieval';
+  $('none').hidden = m !== 'none';
+  if (m === 'traj') render(); else if (m === 'retrieval') rRender(); }
+__RET_JS__
 for (const id of ['a', 'b', 'filter']) $(id).onchange = e => setState({[id]: e.target.value, page: 0});
 $('text').oninput = e => setState({text: e.target.value, page: 0});
 $('prev').onclick = () => setState({page: Math.max(0, state().page - 1)});
 $('next').onclick = () => setState({page: state().page + 1});
-window.onhashchange = render; curves(); render();
+$('view').onchange = e => setState({view: e.target.value});
+if (D.retrieval) rInit();
+window.onhashchange = show; curves(); show();
+document.body.dataset.firstRenderMs = Math.round(performance.now());   // load to first page shown (tests read it)
 </script></body></html>
 """

@@ -32,6 +32,7 @@ from ragrl.train.config import TrainConfig
 from ragrl.train.recipe import load_train_config, sft_warm_start
 from ragrl.train.run_dir import read_metrics
 from ragrl.train.setup import make_train_engine
+from ragrl.train.trackers import report_files
 from ragrl.train.trainer import Trainer
 from ragrl.yaml_config import parse_overrides
 
@@ -154,6 +155,7 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
                           pairs=[("agent (SFT + RL)", "agent (SFT)")])
     line_plot(read_metrics(out / "rl"), ["reward_mean", "f1", "em", "searches", "format_error_rate"],
               out / "training_curves.png")
+    report_files(out / "rl", cfg.report_to, [out / f for f in ("before_after.md", "before_after.json", "training_curves.png")])
     console.rule("[bold]before / after (held-out questions)")
     console.print((out / "before_after.md").read_text())
     console.print(f"total {time.perf_counter() - t_start:.0f} s; reports and plots in {out}/")

@@ -14,7 +14,8 @@ over the full 51k-passage corpus, on a CPU.
   4. the same held-out evaluation with the kept encoder; paired differences against step 2, per
      set and pooled over all held-out questions, with diagnostics: answer passages gained and lost
      by question kind, and the hop that first brought a gold passage and the answer;
-  5. curves and reports.
+  5. curves and reports, and view.html: per held-out question, both encoders' passages side by
+     side (retrieval_per_question.jsonl, the same page as `ragrl view`).
 
 No held-out question takes part in training or in choosing anything. Downstream answers are
 re-generated only for questions whose passages changed: the generator decodes greedily, so the
@@ -33,13 +34,16 @@ from rich.console import Console
 from ragrl.eval.harness import EvalConfig, evaluate, score
 from ragrl.eval.plots import line_plot
 from ragrl.eval.retrieval import by_question_kind, compare_retrievers, compare_rows, format_comparison, load_held_out
+from ragrl.eval.retriever_view import ROWS_FILE, retrieval_rows, write_retrieval_rows
 from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
+from ragrl.eval.viewer import write_view
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
 from ragrl.policy.model_config import engine_for
 from ragrl.methods.harr.setup import run_search
 from ragrl.quickstart.agent_job import fresh_run_config
 from ragrl.train.run_dir import read_metrics
+from ragrl.train.trackers import report_files
 from ragrl.train.trainer import Trainer
 
 console = Console()
@@ -160,10 +164,13 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
           f"RL: {len(rows)} GRPO steps on {cfg.data.train}; the encoder kept was chosen on {cfg.data.eval} only. "
           "95% bootstrap CIs; Δ is the paired difference against the starting encoder, p one-sided.", ""]
     per_set_rows: list[dict] = []
+    view_rows: list[dict] = []   # per question, each encoder's passages: retrieval_per_question.jsonl, view.html
     for name, qs in tests.items():
+        hits: dict = {}
         comp = compare_retrievers({"base encoder": base_search, "RL encoder": trained_search}, qs,
-                                  cfg.rollout.topk, baseline="base encoder", hop_size=hop_size)
+                                  cfg.rollout.topk, baseline="base encoder", hop_size=hop_size, hits_out=hits)
         per_set_rows.append({system: comp[system]["per_question"] for system in ("base encoder", "RL encoder")})
+        view_rows += retrieval_rows(qs, hits, per_set_rows[-1], set_name=name, hop_size=hop_size)
         down = naive_rag_answers(engine, trained_search, down_samples[name], cfg, reuse=base_down[name])
         ids = [str(q["id"]) for q in down_samples[name]]
         qa_base, qa_rl = qa_scores(base_down[name], ids), qa_scores(down, ids)
@@ -220,8 +227,13 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
            f"answer@{k} every 50 steps, with 95% CIs).", ""]
     (out / "before_after.md").write_text("\n".join(md))
     (out / "before_after.json").write_text(json.dumps(report, indent=1))
+    report_files(out / "rl", cfg.report_to, [out / f for f in ("before_after.md", "before_after.json",
+                                                               "training_curves.png", "dev_curve.png")])
+    write_retrieval_rows(out / ROWS_FILE, view_rows)
+    view = write_view(out)
     console.rule("[bold]before / after (held-out questions, full corpus)")
     console.print("\n".join(md))
     console.print(f"total {time.perf_counter() - t_start:.0f} s; reports and plots in {out}/")
+    console.print(f"per-question view (base vs RL top {k} side by side): {view}", soft_wrap=True)
     return report
 

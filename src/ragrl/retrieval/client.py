@@ -2,13 +2,22 @@
 
 `RetrievalClient` implements `Retriever`, so a rollout can search a remote index exactly as it
 searches a local one: the same query rules (see inprocess.search_in_chunks), chunked to the
-server's max_queries_per_request, retried with exponential backoff on 5xx, 429 and
-connection errors/timeouts, and failing fast on other 4xx with the server's own message.
+server's max_queries_per_request, and failing fast on 4xx (but 429) with the server's own message.
+
+A server that goes away (connection errors, timeouts, 5xx, 429) is waited for: retries with
+full-jitter exponential backoff (`backoff_delays`) for up to `max_wait_s` (default 120 s) since
+the first failed attempt, so a restarting `ragrl serve` does not end a training run. Waiting logs
+a WARNING (URL and reason) and then an INFO line about every 10 s on the "ragrl.retrieval" logger;
+a server still away after that raises `RetrievalUnavailable`.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
+import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 
@@ -19,13 +28,47 @@ from ragrl.retrieval.settings import ServerSettings
 
 RETRYABLE_4XX = (429,)  # "slow down" is worth retrying; every other 4xx is the caller's bug
 
+log = logging.getLogger("ragrl.retrieval")
+
 
 class RetrievalHTTPError(RagrlError):
-    """The server refused a request (status 4xx) or could not be reached/answer (after retries)."""
+    """The server refused a request (status 4xx) or could not be reached/answer (after waiting)."""
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+class RetrievalUnavailable(RetrievalHTTPError):
+    """The server did not answer (connection errors, timeouts, 5xx, 429) for `waited_s` seconds.
+
+    The trainer catches it by name to checkpoint and exit with a retryable status; `status` is None.
+    """
+
+    def __init__(self, url: str, waited_s: float, last_error: str, attempts: int):
+        shown = f"{waited_s:.0f}" if waited_s >= 10 else f"{waited_s:.1f}"
+        super().__init__(f"retrieval server {url} did not answer for {shown} s "
+                         f"({attempts} attempt{'s' * (attempts != 1)}, last error: {last_error})")
+        self.url, self.waited_s, self.last_error, self.attempts = url, waited_s, last_error, attempts
+
+
+def backoff_delays(backoff: float, max_backoff: float, rng: random.Random) -> Iterator[float]:
+    """Endless full-jitter exponential backoff: delay n (from 0) is uniform in [0, cap_n], where
+    cap_n = min(max_backoff, backoff * 2**n). Full jitter spreads the retries of many rollouts
+    so a restarted server is not hit by all of them at the same instant.
+
+    >>> import itertools
+    >>> delays = list(itertools.islice(backoff_delays(0.5, 3.0, random.Random(0)), 6))
+    >>> caps = [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+    >>> all(0.0 <= d <= cap for d, cap in zip(delays, caps))
+    True
+    >>> delays == list(itertools.islice(backoff_delays(0.5, 3.0, random.Random(0)), 6))  # seeded
+    True
+    """
+    cap = min(backoff, max_backoff)
+    while True:
+        yield rng.uniform(0.0, cap)
+        cap = min(cap * 2, max_backoff)  # capped before it grows: no float overflow however long
 
 
 def split_contents(contents: str) -> tuple[str, str]:
@@ -67,16 +110,29 @@ def _error_message(response: httpx.Response) -> str:
 class _Base:
     """Settings, limits and response handling shared by the sync and async clients."""
 
-    def __init__(self, url: str, *, topk_default: int = 3, timeout: float = 10.0, retries: int = 3,
-                 backoff: float = 0.2, token: str | None = None,
+    # While calls wait, at most one INFO line per this many seconds (per client, not per call:
+    # dozens of concurrent rollouts waiting on one server should not flood the log).
+    notice_every_s = 10.0
+
+    def __init__(self, url: str, *, topk_default: int = 3, timeout: float = 10.0, max_wait_s: float = 120.0,
+                 backoff: float = 0.2, max_backoff: float = 5.0, seed: int | None = None,
+                 token: str | None = None,
                  max_queries_per_request: int | None = None, max_query_chars: int | None = None):
         if not url.startswith(("http://", "https://")):
             raise RagrlError(f"retrieval server URL must start with http:// or https://, got {url!r}")
+        if max_wait_s < 0 or backoff < 0 or max_backoff < 0:
+            raise RagrlError(f"max_wait_s, backoff and max_backoff must be >= 0, got "
+                             f"{max_wait_s}, {backoff}, {max_backoff}")
         self.url = url.rstrip("/")
         self.topk_default = topk_default
         self.timeout = timeout
-        self.retries = max(0, int(retries))
-        self.backoff = backoff
+        self.max_wait_s = float(max_wait_s)
+        self.backoff, self.max_backoff = float(backoff), float(max_backoff)
+        self.rng = random.Random(seed)  # the client's own: jitter is reproducible in tests
+        # Outage bookkeeping shared by concurrent calls; only decides which log lines appear.
+        self._notice_lock = threading.Lock()
+        self._outage_since: float | None = None
+        self._next_notice = 0.0
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._limits = {"max_queries_per_request": max_queries_per_request, "max_query_chars": max_query_chars}
         self.manifest: dict = {}
@@ -96,8 +152,35 @@ class _Base:
             raise RetrievalHTTPError(f"retrieval server refused the request (HTTP {status}): {message}", status)
         return None, f"HTTP {status}: {message}"
 
-    def _give_up(self, reason: str) -> RetrievalHTTPError:
-        return RetrievalHTTPError(f"retrieval server {self.url} failed after {self.retries + 1} attempts: {reason}")
+    def _waiting(self, waited: float, delay: float, reason: str) -> None:
+        """Log the wait ahead: a WARNING when an outage starts, then INFO every notice_every_s."""
+        now = time.monotonic()
+        with self._notice_lock:
+            starts = self._outage_since is None
+            if starts:
+                self._outage_since = now - waited
+            notice = starts or now >= self._next_notice
+            if notice:
+                self._next_notice = now + self.notice_every_s
+        if starts:
+            log.warning("retrieval server %s is not answering (%s); retrying for up to %.0f s",
+                        self.url, reason, self.max_wait_s)
+        elif notice:
+            log.info("still waiting for retrieval server %s: %.0f s of %.0f s, next try in %.1f s (%s)",
+                     self.url, waited, self.max_wait_s, delay, reason)
+
+    def _answered(self) -> None:
+        if self._outage_since is None:  # the common case: no lock, no log
+            return
+        with self._notice_lock:
+            since, self._outage_since = self._outage_since, None
+        if since is not None:
+            log.info("retrieval server %s answers again after %.1f s", self.url, time.monotonic() - since)
+
+    def _unavailable(self, waited: float, reason: str, attempts: int) -> RetrievalUnavailable:
+        with self._notice_lock:  # a later failure is a new outage and warns again
+            self._outage_since = None
+        return RetrievalUnavailable(self.url, waited, reason, attempts)
 
     def _learn_limits(self, health: dict | None) -> None:
         server = (health or {}).get("limits", {})
@@ -112,6 +195,28 @@ class _Base:
         return {"queries": queries, "topk": k, "return_scores": True}
 
 
+class _Patience:
+    """One call's retry budget: its clock starts at its first attempt, so a call that keeps
+    failing gives up once waiting more would pass max_wait_s (the last wait is cut to fit)."""
+
+    def __init__(self, client: _Base):
+        self.client = client
+        self.start = time.monotonic()
+        self.delays = backoff_delays(client.backoff, client.max_backoff, client.rng)
+        self.attempts = 0
+
+    def next_delay(self, reason: str) -> float:
+        """Seconds to sleep before the next attempt; raises RetrievalUnavailable when time is up."""
+        self.attempts += 1
+        waited = time.monotonic() - self.start
+        left = self.client.max_wait_s - waited
+        if left <= 0:
+            raise self.client._unavailable(waited, reason, self.attempts)
+        delay = min(next(self.delays), left)
+        self.client._waiting(waited, delay, reason)
+        return delay
+
+
 class RetrievalClient(_Base):
     """Blocking client; `search(queries, k)` -> `list[list[Hit]]`. Use as a context manager."""
 
@@ -120,18 +225,17 @@ class RetrievalClient(_Base):
         self._http = httpx.Client(timeout=self.timeout, headers=self.headers)
 
     def _call(self, method: str, path: str, body: dict | None = None):
-        reason = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+        patience = _Patience(self)
+        while True:
             try:
                 response, error = self._http.request(method, self.url + path, json=body), None
             except httpx.TransportError as e:  # refused, reset, timed out, protocol error
                 response, error = None, e
             payload, reason = self._outcome(response, error)
             if reason is None:
+                self._answered()
                 return payload
-        raise self._give_up(reason)
+            time.sleep(patience.next_delay(reason))
 
     def health(self) -> dict:
         return self._call("GET", "/health")
@@ -174,18 +278,17 @@ class AsyncRetrievalClient(_Base):
         self._http = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
 
     async def _call(self, method: str, path: str, body: dict | None = None):
-        reason = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+        patience = _Patience(self)
+        while True:
             try:
                 response, error = await self._http.request(method, self.url + path, json=body), None
             except httpx.TransportError as e:
                 response, error = None, e
             payload, reason = self._outcome(response, error)
             if reason is None:
+                self._answered()
                 return payload
-        raise self._give_up(reason)
+            await asyncio.sleep(patience.next_delay(reason))
 
     async def health(self) -> dict:
         return await self._call("GET", "/health")

@@ -18,7 +18,7 @@ def make_retriever(spec: str | Path, **options) -> Retriever:
     """`http(s)://...` -> RetrievalClient(spec, **options); an index directory -> InProcessRetriever.
 
     For a directory, `options` may hold `encoder` (passed to load_index) and ServerSettings
-    fields; for a URL, RetrievalClient keyword arguments (token, timeout, retries, ...).
+    fields; for a URL, RetrievalClient keyword arguments (token, timeout, max_wait_s, ...).
     """
     spec = str(spec)
     if spec.startswith(("http://", "https://")):
@@ -43,8 +43,14 @@ def cached_bm25_index(corpus: str | None) -> Path:
     return cached_index(path, ragrl_home() / "indexes" / f"bm25-{digest}", "bm25", progress=False)
 
 
-def retriever_for(index: str | None, corpus: str | None) -> Retriever:
-    """What a run searches: `index` (a folder, `kit:` path or URL), else BM25 over `corpus`."""
+def retriever_for(index: str | None, corpus: str | None, *, wait_s: float | None = None) -> Retriever:
+    """What a run searches: `index` (a folder, `kit:` path or URL), else BM25 over `corpus`.
+
+    `wait_s`: how long a retrieval server (`index` is a URL) that stops answering is waited for
+    (the client's max_wait_s; None: its default). An in-process index never waits: ignored.
+    """
+    if index and index.startswith(("http://", "https://")):
+        return make_retriever(index, **({} if wait_s is None else {"max_wait_s": wait_s}))
     if index:
         return make_retriever(str(resolve_kit(index)) if index.startswith(KIT_PREFIX) else index)
     return make_retriever(str(cached_bm25_index(corpus)))

@@ -56,12 +56,18 @@ class RolloutConfig:
     # greedily). Evaluation decodes every agent alike.
     greedy_agents: list[str] = field(default_factory=list)
     seed: int = 0
+    # Wall-time bounds (seconds; None: none). An episode still running past max_episode_s from its
+    # start, or when the whole rollout call has run max_rollout_s, ends as truncated (stop_reason
+    # "timeout"); the engine cuts a turn at the bound, so one slow row does not hold the others.
+    max_episode_s: float | None = None
+    max_rollout_s: float | None = None
 
 
 # Rollout settings that only shape training batches, with the value evaluation gives each (one answer a
-# question, every agent decoded alike), so they never change an evaluated result (nor belong in the key
-# of a cached one).
-TRAINING_ONLY = {"selector_samples": 1, "generator_samples": 1, "greedy_agents": ()}
+# question, every agent decoded alike, no wall-time cut: an evaluated result must not depend on how
+# busy the machine was), so they never change an evaluated result (nor belong in the key of a cached one).
+TRAINING_ONLY = {"selector_samples": 1, "generator_samples": 1, "greedy_agents": (),
+                 "max_episode_s": None, "max_rollout_s": None}
 
 
 @dataclass
@@ -71,6 +77,21 @@ class _State:
     traj: Trajectory
     done: bool = False
     pending_queries: list[str] = field(default_factory=list)
+    deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
+
+
+def episode_deadline(cfg: RolloutConfig, rollout_start: float, episode_start: float) -> float | None:
+    """The `time.monotonic()` instant an episode must end by: `max_episode_s` after the episode's own
+    start or `max_rollout_s` after the rollout's, whichever comes first; None when neither is set."""
+    bounds = []
+    for name, start in (("max_episode_s", episode_start), ("max_rollout_s", rollout_start)):
+        seconds = getattr(cfg, name)
+        if seconds is None:
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+            raise ConfigError(f"rollout.{name} must be a number of seconds > 0 (or null: no bound), got {seconds!r}")
+        bounds.append(start + seconds)
+    return min(bounds, default=None)
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -132,8 +153,17 @@ def run_episodes(
     """Roll out `cfg.n` trajectories per sample; return them (sample-major) and timings.
 
     samples: dicts with at least `id`, `question`, `answers`.
-    Returns (trajectories, stats) where stats has generate_s, retrieval_s, gen_tokens.
+    Returns (trajectories, stats) where stats has generate_s, retrieval_s, gen_tokens and timeouts
+    (trajectories ended by a wall-time bound).
+
+    Wall-time bounds: an episode must end `cfg.max_episode_s` after its own start and
+    `cfg.max_rollout_s` after this call's start, whichever comes first (here every episode starts
+    with the call, so both count from entry). Each turn's SamplingParams carry that deadline, so
+    the engine cuts a row at it while the others go on; a cut turn is kept as the action tokens
+    it has and ends the episode (stop_reason "timeout", no answer, no retrieval). Retrieval is
+    never interrupted, but an episode past its deadline ends before its next turn, ungenerated.
     """
+    rollout_start = time.monotonic()   # at entry: building the prompts counts against max_rollout_s
     if cfg.selector_samples != 1:
         raise ConfigError(f"rollout.selector_samples={cfg.selector_samples}: the multi-turn runner has no selector "
                           "to branch at (only the MMOA pipeline does); leave it at 1")
@@ -143,6 +173,8 @@ def run_episodes(
     if cfg.greedy_agents:
         raise ConfigError(f"rollout.greedy_agents={cfg.greedy_agents}: the multi-turn runner has one policy, no agents "
                           "to decode apart (only the MMOA pipeline has); leave it empty")
+    # Every episode of this runner starts with the rollout, so its own clock starts at entry too.
+    deadline = episode_deadline(cfg, rollout_start, episode_start=rollout_start)
     tok = engine.tokenizer
     states: list[_State] = []
     for i, s in enumerate(samples):
@@ -152,8 +184,8 @@ def run_episodes(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
-            )))
-    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
+            ), deadline=deadline))
+    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
     caching = getattr(engine, "prefix_caching", None)
@@ -163,15 +195,23 @@ def run_episodes(
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
     with caching() if caching is not None else contextlib.nullcontext():
         for turn_idx in range(cfg.max_turns):
+            if deadline is not None:   # past it (a long retrieval, a slow turn): end before generating
+                now = time.monotonic()
+                for st in states:
+                    if not st.done and now >= st.deadline:
+                        _time_out(st, None, tok)
             active = [st for st in states if not st.done]
             if not active:
                 break
-            params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings) for st in active]
+            params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline) for st in active]
             t0 = time.perf_counter()
             gens = engine.generate([st.traj.token_ids for st in active], params)
             stats["generate_s"] += time.perf_counter() - t0
             for st, g in zip(active, gens):
-                _apply_action(st, g[0], protocol, tok, cfg, last_turn=turn_idx == cfg.max_turns - 1)
+                if g[0].stop_reason == "timeout":
+                    _time_out(st, g[0], tok)
+                else:
+                    _apply_action(st, g[0], protocol, tok, cfg, last_turn=turn_idx == cfg.max_turns - 1)
                 stats["gen_tokens"] += len(g[0].token_ids)
             searching = [st for st in active if st.pending_queries]
             if searching:
@@ -181,15 +221,34 @@ def run_episodes(
     for st in states:
         if not st.done:
             st.done, st.traj.stop_reason = True, "max_turns"
+    stats["timeouts"] = sum(st.traj.stop_reason == "timeout" for st in states)
     return [st.traj for st in states], stats
 
 
-def _turn_params(traj: Trajectory, cfg: RolloutConfig, turn_idx: int, stop: list[str]) -> SamplingParams:
+def _turn_params(traj: Trajectory, cfg: RolloutConfig, turn_idx: int, stop: list[str],
+                 deadline: float | None = None) -> SamplingParams:
     used = len(traj.token_ids) - traj.prompt_len
     budget = max(1, min(cfg.max_turn_tokens, cfg.max_response_tokens - used))
     seed = None if cfg.seed is None else cfg.seed * 1_000_003 + turn_idx
     return SamplingParams(max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p,
-                          stop=list(stop), n=1, seed=seed)
+                          stop=list(stop), n=1, seed=seed, deadline=deadline)
+
+
+def _time_out(st: _State, g: Generation | None, tok) -> None:
+    """End the episode at its wall-time bound: truncated, no answer. A turn the engine cut (`g`) is
+    kept as the action tokens it has, with their log-probs (they were sampled, and the trainer
+    must score what the model did), but not parsed: half a turn is no action, and an answer
+    read from it would be one the model had not finished. A cut with no token is no turn."""
+    t = st.traj
+    if g is not None and g.token_ids:
+        t.token_ids += g.token_ids
+        t.action_mask += [1] * len(g.token_ids)
+        t.logprobs += list(g.logprobs)
+        t.num_turns += 1
+        text = g.text or tok.decode(g.token_ids, skip_special_tokens=False)
+        t.turns.append(Turn(action_text=text, kind="truncated", error="cut at the wall-time bound"))
+    st.pending_queries = []
+    st.done, t.stop_reason = True, "timeout"
 
 
 def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig,

@@ -8,6 +8,10 @@ CPU. With hops > 1, each later hop embeds the question with HARR's history of wh
 hops drew (titles and leading words: the next hop's entity is usually named there) and draws k
 passages not drawn yet; the episode's reward is credited to every hop. With a generator in the
 loop, `run_episodes` is the runner and every search it makes is sampled.
+
+Wall-time bounds (rollout.max_episode_s / max_rollout_s) are checked before each hop: a draw is
+never interrupted, but past the bound every episode ends there (stop_reason "timeout"), with the
+hops drawn so far.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import time
 import torch
 
 from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever, found_entry
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.multi_turn import RolloutConfig, episode_deadline
 from ragrl.rollout.trajectory import Trajectory, Turn
 
 
@@ -31,6 +35,9 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
     shared draw is credited with the mean advantage of its block: the tree's unbiased estimate.
     """
     t0 = time.perf_counter()
+    # Every episode starts with the call (and shares each hop's draw call), so all share one deadline.
+    start = time.monotonic()
+    deadline = episode_deadline(cfg, start, episode_start=start)
     g = torch.Generator().manual_seed(int(cfg.seed or 0))
     trajs = [Trajectory(sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                         token_ids=[], action_mask=[], logprobs=[], prompt_len=0, group=group_offset + i,
@@ -40,6 +47,10 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
     row, words = retriever.index.corpus.row, retriever.history_words
     block = cfg.n // history_branches if history_branches else 1
     for hop in range(hops):
+        if deadline is not None and time.monotonic() >= deadline:
+            for t in trajs:
+                t.stop_reason = "timeout"
+            break
         # the trajectories that draw at this hop; the others copy their block leader's draw
         shared = block > 1 and hop < hops - 1
         drawers = [i for i in range(len(trajs)) if not shared or i % block == 0]
@@ -57,4 +68,5 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
                 t.retrievals.append(action)
             t.num_searches += 1
             t.num_turns += 1
-    return trajs, {"generate_s": 0.0, "retrieval_s": time.perf_counter() - t0, "gen_tokens": 0}
+    return trajs, {"generate_s": 0.0, "retrieval_s": time.perf_counter() - t0, "gen_tokens": 0,
+                   "timeouts": sum(t.stop_reason == "timeout" for t in trajs)}

@@ -16,7 +16,8 @@ class Turn:
     """One policy action and the observation that answered it."""
 
     action_text: str                      # what the policy generated this turn (decoded)
-    kind: str                             # "search" | "answer" | "invalid" | "think" | "truncated"
+    # "search" | "answer" | "invalid" | "think" | "truncated" (cut at a wall-time bound, not parsed)
+    kind: str
     queries: list[str] = field(default_factory=list)
     passage_ids: list[list[str]] = field(default_factory=list)  # per query, the retrieved ids
     passage_titles: list[list[str]] = field(default_factory=list)  # per query, their titles
@@ -53,7 +54,10 @@ class Trajectory:
     num_searches: int = 0
     num_turns: int = 0
     format_errors: int = 0
-    stop_reason: str = ""                 # "answer" | "max_turns" | "max_tokens" | "eos" | ...
+    # How the episode ended: "answer" | "max_turns" | "max_tokens" | "no_answer" | "format_error" |
+    # "timeout" (cut at rollout.max_episode_s / max_rollout_s: truncated, no answer) | an engine's
+    # stop reason (single-generation agents: "eos", "stop", "length") | "retrieved" (retrieval only).
+    stop_reason: str = ""
     reward: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
 

@@ -19,6 +19,7 @@ from ragrl.rewards.registry import make_reward
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
 from ragrl.train.setup import default_retriever
+from ragrl.train.trackers import check_trackers
 
 # Numeric settings and the values that mean something, as intervals ("[1, inf)", "(0, 1]"). The typed
 # loader checks the type; these catch what would fail only after a step of work (save_every=0
@@ -33,13 +34,19 @@ RANGES: dict[str, str] = {
         "algo.micro_batch_size", "sft.batch_size", "sft.max_len", "sft.max_questions", "retriever.lora_r",
         "retriever.lora_alpha", "retriever.pool", "retriever.hops", "retriever.history_words", "rollout.n", "rollout.max_turns",
         "rollout.max_turn_tokens", "rollout.max_response_tokens", "rollout.max_obs_tokens",
-        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "algo.kl_horizon"), "[1, inf)"),
+        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "algo.kl_horizon",
+        "guard.nonfinite_steps", "guard.window", "guard.patience"), "[1, inf)"),
     **dict.fromkeys((
         "warmup_steps", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
         "algo.clip_high", "algo.kl_coef", "algo.value_coef", "algo.entropy_coef", "rollout.max_searches",
-        "rollout.temperature", "retriever.generator_temperature", "retriever.history_branches"), "[0, inf)"),
+        "rollout.temperature", "retriever.generator_temperature", "retriever.history_branches",
+        "guard.entropy_floor", "guard.max_rollbacks", "guard.retrieval_wait_s"), "[0, inf)"),
     **dict.fromkeys(("lr", "sft.lr", "max_grad_norm", "retriever.temperature", "algo.kl_target",
-                     "algo.value_clip"), "(0, inf)"),
+                     "algo.value_clip", "guard.kl_ceiling", "guard.reward_drop", "rollout.max_episode_s",
+                     "rollout.max_rollout_s"), "(0, inf)"),
+    **dict.fromkeys(("guard.remedy_lr_factor",), "(0, 1]"),
+    **dict.fromkeys(("guard.format_error_ceiling",), "[0, 1)"),
+    "guard.timeout_reward": "(-inf, inf)",
     **dict.fromkeys(("algo.gamma", "algo.lam"), "[0, 1]"),
     # dropout 1 zeroes LoRA's input; direct_frac 1 leaves no search episode (warm_start_episodes agrees)
     **dict.fromkeys(("algo.clip_low", "model.lora_dropout", "ema_decay", "sft.direct_frac"), "[0, 1)"),
@@ -129,6 +136,8 @@ def check_combinations(cfg: TrainConfig) -> None:
         raise ConfigError("eval_start needs eval_every > 0: the start is evaluated as the baseline of the "
                           "periodic evaluations, and there are none")
     check_agents(cfg)
+    check_guards(cfg)
+    check_trackers(cfg.report_to)   # a tracker asked for is installed, and named once
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
         make_reward(spec)   # a typo fails here, not after the SFT warm start
     # Each method checks the settings it owns, on every config: its settings are refused where they
@@ -137,6 +146,28 @@ def check_combinations(cfg: TrainConfig) -> None:
         if method.check is not None:
             method.check(cfg)
     check_index_matches_corpus(cfg)
+
+
+def check_guards(cfg: TrainConfig) -> None:
+    """A guard set where it could never act is refused, not kept in silence."""
+    g, r = cfg.guard, cfg.rollout
+    if g.kl_ceiling is not None and cfg.algo.kl_coef <= 0:
+        raise ConfigError("guard.kl_ceiling watches the KL to the reference, which is not computed with "
+                          "algo.kl_coef=0: set algo.kl_coef > 0 or drop guard.kl_ceiling")
+    generates = cfg.policy == "lm" or bool(cfg.retriever.generator)
+    if g.format_error_ceiling is not None and not generates:
+        raise ConfigError(f"guard.format_error_ceiling: a {cfg.policy} policy with no generator writes no text, "
+                          "so it makes no format errors; drop guard.format_error_ceiling")
+    if g.reward_drop is not None and g.window >= cfg.steps:
+        raise ConfigError(f"guard.reward_drop compares a step's reward with the mean of the {g.window} steps before "
+                          f"it (guard.window), and the run has only {cfg.steps} steps: lower guard.window")
+    bounds = [k for k in ("max_episode_s", "max_rollout_s") if getattr(r, k) is not None]
+    if bounds and cfg.model.engine == "vllm":
+        raise ConfigError(f"rollout.{bounds[0]}: vLLM's engine cannot cut a row at a wall-time bound; "
+                          "use model.engine=hf or static (or auto), or drop the bound")
+    if g.timeout_reward is not None and not bounds:
+        raise ConfigError("guard.timeout_reward scores episodes cut by rollout.max_episode_s or max_rollout_s, "
+                          "and neither is set: set one or drop guard.timeout_reward")
 
 
 def check_index_matches_corpus(cfg: TrainConfig) -> None:

@@ -9,6 +9,7 @@ Layout of one run's checkpoints:
         {name}.safetensors          each extra trainable module (e.g. a value head)
         optimizer.pt  scheduler.pt  rng.pt
         trainer_state.json          {"step": 10, ...extra}: data position, epoch, KL state, ...
+        manifest.json               size + SHA-256 of every other file; written last
       step_000020/
       latest                        text file naming the newest complete checkpoint dir
 
@@ -21,6 +22,10 @@ is fsynced, and only then is the directory renamed to `step_...` (rename is atom
 marker is replaced atomically after that. A kill leaves either the old marker (pointing at an old,
 complete checkpoint) or the new one; a half-written `.tmp_` dir is never read and is removed by
 the next save.
+
+Damage after publishing (a copy cut short, a file deleted or rewritten by hand, bad storage) is
+caught by the manifest: `latest_checkpoint` skips a checkpoint that does not match it, with a
+warning, and resumes from the newest intact one instead; it raises rather than start from nothing.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from torch import nn
 
 from ragrl.errors import RagrlError
 from ragrl.policy.fsdp import is_sharded, load_full_state_dict, shard_optimizer_state
+from ragrl.train.manifest import MANIFEST, check_manifest, has_manifest, write_manifest
 from ragrl.train.rng import get_rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -102,6 +108,7 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer=Non
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(get_rng_state(), tmp / "rng.pt")
     (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2) + "\n")
+    write_manifest(tmp, step)   # last: it must cover every file above
     _fsync_tree(tmp)
 
     if _before_rename is not None:
@@ -214,20 +221,39 @@ def _remove_stale_tmp(root: Path) -> None:
 
 
 def _prune(root: Path, keep_last: int, protect: str) -> None:
-    steps = _complete_step_dirs(root)
-    for path in steps[:-keep_last]:
-        if path.name != protect and path.name != _read_marker(root):
+    """Keep the `keep_last` newest *intact* checkpoints, plus `protect` and the marker's.
+
+    keep_last counts only checkpoints that verify, so pruning can never leave nothing but damaged
+    ones to fall back on. Walking newest step first: `protect` (just written, its manifest just
+    computed) counts without re-hashing; older ones are verified until keep_last intact ones are
+    counted, and every dir past that point is deleted unverified. A damaged dir met before then
+    is not counted and is left in place for inspection (latest_checkpoint reports it on resume).
+    """
+    marker, kept = _read_marker(root), 0
+    for path in reversed(_step_dirs(root)):
+        if path.name == protect:
+            kept += 1
+        elif path.name == marker:
+            continue
+        elif kept >= keep_last:
             shutil.rmtree(path)
+        elif (problem := verify_checkpoint(path)) is None:
+            kept += 1
+        else:
+            log.warning("checkpoint %s is damaged (%s); keeping it, but not counting it toward "
+                        "keep_last=%d", path, problem, keep_last)
 
 
 # ---------------------------------------------------------------- finding
 
-def _complete_step_dirs(root: Path) -> list[Path]:
-    """Published checkpoint dirs, oldest first. `.tmp_` dirs never match STEP_DIR."""
+def _step_dirs(root: Path) -> list[Path]:
+    """Published checkpoint dirs, oldest first. `.tmp_` dirs never match STEP_DIR. Every
+    `step_*` dir counts, even one without trainer_state.json: publishing is atomic, so such a
+    dir is a damaged checkpoint (verify_checkpoint says so), not one still being written."""
     if not root.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := STEP_DIR.match(p.name)) and (p / STATE_FILE).is_file()]
+             if (m := STEP_DIR.match(p.name)) and p.is_dir()]
     return [p for _, p in sorted(found)]
 
 
@@ -238,23 +264,58 @@ def _read_marker(root: Path) -> str | None:
         return None
 
 
+def verify_checkpoint(ckpt_dir: Path) -> str | None:
+    """None when the checkpoint is intact, else one sentence naming what is wrong and the file.
+
+    Checks every file against manifest.json (size, then SHA-256). A checkpoint without a
+    manifest (written by an older ragrl) passes if it has its trainer_state.json: there is
+    nothing more to check it against, and old runs must keep resuming.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return f"checkpoint dir {ckpt_dir} does not exist"
+    if has_manifest(ckpt_dir):
+        return check_manifest(ckpt_dir)
+    return None if (ckpt_dir / STATE_FILE).is_file() else f"{STATE_FILE} is missing"
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint dir to resume from, or None if the run has none.
 
-    Trusts the `latest` marker; if it is missing, unreadable or names a dir that is gone, falls
-    back to the newest complete `step_*` dir and logs a warning.
+    Candidates: the `latest` marker's checkpoint, then every other `step_*` dir, newest first;
+    returns the first that verifies (verify_checkpoint), logging a warning for each one skipped.
+    A missing, unreadable or stale marker is warned about too. Raises RagrlError when
+    checkpoints exist but none is intact: silently starting the run over would be worse.
     """
     root = checkpoints_dir(run_dir)
     name = _read_marker(root)
-    if name is not None and STEP_DIR.match(name) and (root / name / STATE_FILE).is_file():
-        return root / name
-    steps = _complete_step_dirs(root)
-    if name is None and not steps:
-        return None
-    fallback = steps[-1] if steps else None
-    log.warning("checkpoint marker %s names %r, which is not a complete checkpoint; using %s",
-                root / MARKER, name, fallback)
-    return fallback
+    steps = _step_dirs(root)
+    marked = None
+    if name is not None and STEP_DIR.match(name) and (root / name).is_dir():
+        marked = root / name
+    candidates = ([marked] if marked else []) + [p for p in reversed(steps) if p != marked]
+    damaged: list[tuple[Path, str]] = []
+    chosen = None
+    for path in candidates:
+        if (problem := verify_checkpoint(path)) is None:
+            chosen = path
+            break
+        damaged.append((path, problem))
+    if damaged and chosen is None:
+        raise RagrlError(f"no intact checkpoint in {root} to resume from: "
+                         + "; ".join(f"{p.name} is damaged ({why})" for p, why in damaged)
+                         + ". Restore them from a copy, or move the checkpoints dir away to "
+                         "start over")
+    if marked is None and (name is not None or steps):
+        log.warning("checkpoint marker %s names %r, which is not a complete checkpoint; using %s",
+                    root / MARKER, name, chosen)
+    for path, problem in damaged:
+        log.warning("checkpoint %s is damaged (%s); resuming from %s instead",
+                    path, problem, chosen.name)
+    if chosen is not None and not has_manifest(chosen):
+        log.warning("checkpoint %s has no %s (written by an older ragrl), so it cannot be "
+                    "verified; resuming from it unchecked", chosen, MANIFEST)
+    return chosen
 
 
 # ---------------------------------------------------------------- loading

@@ -129,6 +129,34 @@ class RetrieverConfig:
 
 
 @dataclass
+class GuardConfig:
+    """What the trainer does about the faults that end RL runs (ragrl.train.guards). A collapse rule
+    is off at None; one set where it can never act (a KL ceiling with KL off) is refused on load."""
+
+    # Consecutive steps whose every optimizer step was skipped for a non-finite loss or gradient
+    # norm that count as a collapse (rule "nonfinite"). One non-finite update is always skipped,
+    # said in the log and counted in the step's row.
+    nonfinite_steps: int = 3
+    entropy_floor: float | None = None        # sampled-action entropy (nats per action) under this
+    kl_ceiling: float | None = None           # KL to the reference (needs algo.kl_coef > 0) over this
+    format_error_ceiling: float | None = None   # format_error_rate over this (an LM policy only)
+    reward_drop: float | None = None          # mean reward under its mean over the last `window` steps minus this
+    window: int = 10                          # steps of the reward rule's recent level (none before)
+    patience: int = 1                         # steps in a row a rule must hold before it trips
+    max_rollbacks: int = 3                    # rollbacks before the run stops, naming the rule and the step
+    # The remedy applied at each rollback, before training goes on from the restored checkpoint.
+    remedy_lr_factor: float = 0.5             # the learning rate is multiplied by this
+    remedy_skip_questions: bool = True        # the questions of the step that tripped leave the pool
+    # A trajectory ended by rollout.max_episode_s / max_rollout_s: None scores it with the recipe's
+    # reward like any unfinished episode (no answer); a number gives it that reward instead.
+    timeout_reward: float | None = None
+    # A retrieval server (data.index is a URL) that stops answering is waited for, with backoff and
+    # jitter, this many seconds in all; then the run checkpoints its last completed step and exits
+    # with code 75 (EX_TEMPFAIL), naming the URL. The in-process retriever never waits.
+    retrieval_wait_s: float = 120.0
+
+
+@dataclass
 class TrainConfig:
     name: str = "run"
     # The text protocol the LM speaks (a registered name); default: the one for plain text (Search-R1's).
@@ -187,3 +215,9 @@ class TrainConfig:
     # shared: the agents share one LoRA adapter (the released MMOA-RAG code). per_agent: each agent
     # gets its own copy of it (ragrl.models.agent_adapters), so a frozen agent's adapter never changes.
     agent_adapters: Literal["shared", "per_agent"] = "shared"
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    # Where the resolved config, every metric row and the final reports go besides metrics.jsonl (as
+    # TRL's report_to): tensorboard (run_dir/tb), wandb (offline unless WANDB_MODE says otherwise),
+    # mlflow (a local file store under run_dir/mlruns unless MLFLOW_TRACKING_URI is set). A tracker
+    # asked for but not installed is refused at start, naming its extra (ragrl[wandb], ragrl[mlflow]).
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])

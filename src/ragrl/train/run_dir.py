@@ -3,13 +3,15 @@
     run_dir/
       config.yaml      the fully resolved config (write_resolved_config)
       metrics.jsonl    one JSON object per logged step: {"step": 3, "time": ..., "loss": ...}
-      tb/              the same scalars as TensorBoard events
+      tb/              the same scalars as TensorBoard events (report_to: tensorboard)
+      wandb/, mlruns/  the same as a wandb or MLflow run (report_to; ragrl.train.trackers)
       train.log        the `ragrl` logger's output (setup_file_logging)
       checkpoints/     see ragrl.train.checkpoint
 
 metrics.jsonl is the source of truth: each line is fsynced as it is written, so a `kill -9`
 loses at most the line being written, and readers drop such a torn last line. On resume the
-trainer calls `truncate_after(resumed_step)` so the replayed steps are not logged twice.
+trainer calls `truncate_after(resumed_step)` so the replayed steps are not logged twice (wandb and
+MLflow cannot delete points: they keep the discarded steps, see ragrl.train.trackers).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import yaml
 
 from ragrl.errors import RagrlError
 from ragrl.train.checkpoint import checkpoints_dir, latest_checkpoint
+from ragrl.train.trackers import make_trackers
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +77,17 @@ def setup_file_logging(run_dir: Path, level: int = logging.INFO) -> logging.Hand
 
 
 class MetricsLogger:
-    """Append per-step scalars to metrics.jsonl (durably) and to TensorBoard."""
+    """Append per-step scalars to metrics.jsonl (durably), then to the trackers of `report_to`
+    (TensorBoard here; wandb and MLflow in ragrl.train.trackers, given `config` and `run_name`;
+    `resume` continues their runs). `tensorboard=` (older) turns TensorBoard on or off alone."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True):
+    def __init__(self, run_dir: Path, *, report_to=("tensorboard",), config: dict | None = None,
+                 run_name: str | None = None, resume: bool = False, tensorboard: bool | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
-        self.tensorboard = tensorboard
+        self.tensorboard = "tensorboard" in report_to if tensorboard is None else tensorboard
+        self.trackers = make_trackers(report_to, self.run_dir, run_name, config, resume)
         _drop_torn_tail(self.path)  # else the next line would be glued onto a torn one
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = self._open_tb(purge_step=None)
@@ -109,11 +116,26 @@ class MetricsLogger:
                 if key not in ("step", "time") and math.isfinite(value):
                     self._tb.add_scalar(key, value, int(step))
             self._tb.flush()
+        for tracker in self.trackers:
+            tracker.log(int(step), {k: v for k, v in row.items() if k not in ("step", "time")})
 
-    def truncate_after(self, step: int) -> None:
-        """Keep only rows with row['step'] <= step (atomic rewrite); hide later TB events too."""
+    def log_file(self, path: Path) -> None:
+        """Keep a file (a report, a plot, the config) with the trackers' runs."""
+        for tracker in self.trackers:
+            tracker.log_file(path)
+
+    def truncate_after(self, step: int, *, archive: str | None = None) -> None:
+        """Keep only rows with row['step'] <= step (atomic rewrite); hide later TB events too.
+        `archive`: a file name in the run dir that the removed rows are appended to (a rollback keeps
+        the steps it discarded on record; a resume replays them exactly, so it drops them)."""
         self._file.close()
-        rows = [r for r in read_metrics(self.run_dir) if r["step"] <= step]
+        every = read_metrics(self.run_dir)
+        rows = [r for r in every if r["step"] <= step]
+        if archive is not None and len(rows) < len(every):
+            with open(self.run_dir / archive, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in every if r["step"] > step))
+                f.flush()
+                os.fsync(f.fileno())
         _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in rows))
         self._file = open(self.path, "a", encoding="utf-8")
         if self._tb is not None:
@@ -121,19 +143,25 @@ class MetricsLogger:
             self._tb.close()
             _wait_past_tb_files(self.run_dir / "tb")
             self._tb = self._open_tb(purge_step=step + 1)
+        # wandb and MLflow cannot delete logged points: they keep the discarded steps, and the replayed
+        # ones are logged to them again (wandb against its train/step axis; MLflow as a second value).
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """`failed`: the run ended by an error (wandb and MLflow mark their runs so)."""
         if not self._file.closed:
             self._file.close()
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        for tracker in self.trackers:
+            tracker.close(failed=failed)
+        self.trackers = []
 
     def __enter__(self) -> "MetricsLogger":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(failed=exc_type is not None)
 
 
 def _wait_past_tb_files(tb_dir: Path) -> None:

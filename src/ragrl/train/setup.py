@@ -44,8 +44,9 @@ def build_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup
 
 
 def default_retriever(cfg: TrainConfig):
-    """The configured index/URL, or a BM25 index over the (demo) corpus cached in $RAGRL_HOME."""
-    return retriever_for(cfg.data.index, cfg.data.corpus)
+    """The configured index/URL, or a BM25 index over the (demo) corpus cached in $RAGRL_HOME.
+    A retrieval server (URL) that stops answering is waited for up to guard.retrieval_wait_s."""
+    return retriever_for(cfg.data.index, cfg.data.corpus, wait_s=cfg.guard.retrieval_wait_s)
 
 
 def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:

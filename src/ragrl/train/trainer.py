@@ -11,7 +11,7 @@ questions and gradients are summed across ranks in `update.py`):
      searches of a frozen generator (or of the question itself) with Plackett–Luce draws;
   3. the recipe's reward (by name, possibly scheduled by step) scores each trajectory;
   4. `policy.collate`, `prepare` and `ppo_update` turn them into gradient steps, for any Policy;
-  5. metrics go to metrics.jsonl / TensorBoard, checkpoints are atomic, `latest` last.
+  5. metrics go to metrics.jsonl and `report_to` (TensorBoard, wandb, MLflow); checkpoints atomic, `latest` last.
 """
 from __future__ import annotations
 
@@ -24,16 +24,21 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ragrl.algos.kl import make_kl_controller
 from ragrl.datasets import load_questions
-from ragrl.errors import ConfigError
+from ragrl.errors import ConfigError, RetrievalOutage, TrainingCollapsed
 from ragrl.eval.harness import score
 from ragrl.eval.plots import line_plot
 from ragrl.eval.report import write_trajectories
 from ragrl.methods.base import method_for
-from ragrl.policy.fsdp import full_optimizer_state, full_params, full_state_dict, shard_params
+from ragrl.policy.fsdp import (
+    full_optimizer_state,
+    full_params,
+    full_state_dict,
+    shard_params,
+)
+from ragrl.retrieval.client import RetrievalUnavailable
 from ragrl.rewards.registry import make_reward
 from ragrl.rewards.schedule import RewardSchedule
 from ragrl.train.averaging import WeightAverage
@@ -49,8 +54,17 @@ from ragrl.train.distributed import (
     wants_sharded_optimizer,
     wants_sharded_params,
 )
-from ragrl.train.rng import seed_everything
-from ragrl.train.run_dir import MetricsLogger, prepare_run_dir, read_metrics, setup_file_logging, write_resolved_config
+from ragrl.train.group_stats import flat_group_fraction
+from ragrl.train.guards import CollapseWatch, Trip, sampled_entropy, scale_learning_rate
+from ragrl.train.progress import TrainProgress
+from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
+from ragrl.train.run_dir import (
+    MetricsLogger,
+    prepare_run_dir,
+    read_metrics,
+    setup_file_logging,
+    write_resolved_config,
+)
 from ragrl.train.setup import build_setup
 from ragrl.train.update import ppo_update, prepare
 
@@ -127,6 +141,7 @@ class Trainer:
         self.rewards = RewardSchedule([(int(s), spec) for s, spec in schedule])
         self.run_dir = Path(cfg.out_dir)
         self.step = 0
+        self.watch = CollapseWatch(cfg.guard)
 
     # ---------------------------------------------------------------- public
     def train(self, *, resume: bool = False, progress=True, time_budget_s: float | None = None) -> list[dict]:
@@ -140,59 +155,140 @@ class Trainer:
             write_resolved_config(self.run_dir, asdict(cfg))
             setup_file_logging(self.run_dir)
         # Only rank 0 owns metrics.jsonl: a second writer (or a second truncate_after) would race it.
-        logger = MetricsLogger(self.run_dir, tensorboard=True) if self.rank == 0 else None
+        logger = MetricsLogger(self.run_dir, report_to=cfg.report_to, config=asdict(cfg), run_name=cfg.name,
+                               resume=resume) if self.rank == 0 else None
+        pending = None   # a step whose update was done when the retrieval server went away in its evaluation
         if resume and (ck := latest_checkpoint(self.run_dir)) is not None:
-            self._load(ck)
+            pending = self._load(ck).get("pending_row")
             if logger is not None:
-                logger.truncate_after(self.step - 1)
+                logger.truncate_after(self.step - 1 - (pending is not None))
             log.info("resumed from %s at step %d", ck.name, self.step)
-        if self.setup.select_questions is not None:   # e.g. HARR's filter, before any step
-            self.policy.eval()
-            self.questions = self.setup.select_questions(self.questions, make_reward(self.rewards.at(0)),
-                                                         self.run_dir, self.rank == 0)
-        start = None   # the start's metrics, logged in step 0's row
-        if cfg.eval_start and self.step == 0:
-            start = self.evaluate()
-            if cfg.keep_best:
-                self._keep_best({f"eval/{k}": v for k, v in start.items()}, after=0)
         rows = []
-        bar = _progress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
-        t_begin = time.perf_counter()
-        before_steps = t_begin - t_call   # the filter and the start's evaluation spent the budget too
+        bar = TrainProgress(progress and self.rank == 0, cfg.steps, self.step, time_budget_s)
         try:
+            with self._outage_checkpoint():
+                if self.setup.select_questions is not None:   # e.g. HARR's filter, before any step
+                    self.policy.eval()
+                    self.questions = self.setup.select_questions(self.questions, make_reward(self.rewards.at(0)),
+                                                                 self.run_dir, self.rank == 0)
+                self._leave_out_skipped()
+                start = None   # the start's metrics, logged in step 0's row
+                if cfg.eval_start and self.step == 0:
+                    start = self.evaluate()
+                    if cfg.keep_best:
+                        self._keep_best({f"eval/{k}": v for k, v in start.items()}, after=0)
+                if pending is not None:
+                    self._finish_step(pending, logger, rows, bar, self.step - 1)
+                if self.step == 0 and latest_checkpoint(self.run_dir) is None:
+                    self._save()   # the start: where a collapse before the first save rolls back to
+            t_begin = time.perf_counter()
+            before_steps = t_begin - t_call   # the filter and the start's evaluation spent the budget too
+            event: dict = {}   # a rollback's record, logged in the next step's row
             while self.step < cfg.steps:
                 elapsed = time.perf_counter() - t_begin
                 if (time_budget_s is not None and rows
                         and before_steps + elapsed * (len(rows) + 1) / len(rows) > time_budget_s):
                     log.info("time budget of %.0f s reached at step %d", time_budget_s, self.step)
-                    if cfg.keep_best and self.step % cfg.eval_every:   # the last step was not evaluated
-                        self._evaluate_at_stop(rows[-1], logger)
+                    with self._outage_checkpoint():
+                        if cfg.keep_best and self.step % cfg.eval_every:   # the last step was not evaluated
+                            self._evaluate_at_stop(rows[-1], logger)
                     self._save()
                     break
-                row = self.train_step()
+                with self._outage_checkpoint():
+                    row = self.train_step()
+                row.update(event)
+                event = {}
+                if (trip := self.watch.observe(self.step, row)) is not None:
+                    event = self._roll_back(trip, row, logger)
+                    continue
                 if start is not None:
                     row.update({f"start/{k}": v for k, v in start.items()})
                     start = None
-                if cfg.eval_every and (self.step + 1) % cfg.eval_every == 0:
-                    row.update({f"eval/{k}": v for k, v in self.evaluate().items()})
-                    if cfg.keep_best:
-                        self._keep_best(row)
-                if logger is not None:
-                    logger.log(self.step, row)
-                rows.append(row)
-                self.step += 1
-                if self.step % cfg.save_every == 0 or self.step == cfg.steps:
-                    self._save()
-                bar.update(row)
+                self._finish_step(row, logger, rows, bar, self.step)
+            # Under FSDP the final adapter is gathered by every rank; rank 0 writes it (and sends its
+            # files to the trackers, which close below).
+            final_state = full_state_dict(self.model) if self.params_sharded else None
+            if self.rank == 0:
+                self._finish(final_state, logger)
+        except BaseException:
+            if logger is not None:
+                logger.close(failed=True)   # wandb and MLflow mark the run failed
+            raise
         finally:
             bar.close()
             if logger is not None:
                 logger.close()
-        # Under FSDP the final adapter is gathered by every rank; rank 0 writes it.
-        final_state = full_state_dict(self.model) if self.params_sharded else None
-        if self.rank == 0:
-            self._finish(final_state)
         return rows
+
+    def _finish_step(self, row: dict, logger, rows: list, bar, step: int) -> None:
+        """Evaluate (when due), log and checkpoint step `step`, whose update is done. A retrieval
+        server that goes away in the evaluation leaves a checkpoint after the update with this row
+        pending: the resumed run evaluates it first, so its metrics equal an uninterrupted run's."""
+        cfg = self.cfg
+        self.step = step + 1
+        if cfg.eval_every and self.step % cfg.eval_every == 0:
+            with self._outage_checkpoint(pending_row=row):
+                row.update({f"eval/{k}": v for k, v in self.evaluate().items()})
+            if cfg.keep_best:
+                self._keep_best(row, after=self.step)
+        if logger is not None:
+            logger.log(step, row)
+        rows.append(row)
+        if self.step % cfg.save_every == 0 or self.step == cfg.steps:
+            self._save()
+        bar.update(row)
+
+    @contextlib.contextmanager
+    def _outage_checkpoint(self, pending_row: dict | None = None):
+        """A retrieval server gone for good (RetrievalUnavailable, after guard.retrieval_wait_s):
+        nothing is finished half-way. The step in progress is dropped (its RNG draws undone), the
+        last completed step is checkpointed, and the run stops with RetrievalOutage (exit 75);
+        `--resume` continues exactly once the server is back."""
+        rng = get_rng_state()
+        try:
+            yield
+        except RetrievalUnavailable as e:
+            if pending_row is None:
+                set_rng_state(rng)
+            if self.step > 0 or pending_row is not None:
+                self._save(pending_row=pending_row)
+            where = f"step {self.step}" if self.step else "the start (nothing trained yet)"
+            raise RetrievalOutage(f"{e}; the run stopped with a checkpoint at {where}: start the server again and "
+                                  f"run the same command with --resume ({self.run_dir})") from e
+
+    def _roll_back(self, trip: Trip, row: dict, logger) -> dict:
+        """A collapse rule tripped: log the step that tripped, restore the newest intact checkpoint,
+        apply the remedy, and return the event to log in the next row. Raise TrainingCollapsed
+        after guard.max_rollbacks rollbacks."""
+        g = self.cfg.guard
+        row.update({"guard/trip": 1.0, f"guard/trip/{trip.rule}": trip.value})
+        if logger is not None:
+            logger.log(self.step, row)
+        ck = latest_checkpoint(self.run_dir)
+        if self.watch.rollbacks >= g.max_rollbacks:
+            raise TrainingCollapsed(f"{trip.describe()}, after {self.watch.rollbacks} rollbacks "
+                                    f"(guard.max_rollbacks={g.max_rollbacks}): the run stops; its last good "
+                                    f"checkpoint is {ck}")
+        ids = [str(self.questions[i].get("id", i)) for i in
+               step_questions(len(self.questions), self.step, self.cfg.questions_per_step, self.cfg.seed)]
+        self.watch.record_rollback(trip, ids)
+        self._load(ck, rollback=True)
+        self._leave_out_skipped()
+        log.warning("%s: rolled back to %s (rollback %d of %d; learning rate x%g%s)", trip.describe(), ck.name,
+                    self.watch.rollbacks, g.max_rollbacks, self.watch.lr_scale,
+                    f"; {len(ids)} questions left out" if g.remedy_skip_questions else "")
+        if logger is not None:   # the discarded steps stay on record in rolled_back.jsonl
+            logger.truncate_after(self.step - 1, archive="rolled_back.jsonl")
+        return {"guard/rollback": 1.0, "guard/tripped_step": float(trip.step), f"guard/trip/{trip.rule}": trip.value}
+
+    def _leave_out_skipped(self) -> None:
+        """The remedy's questions (guard.remedy_skip_questions) leave the training pool."""
+        if self.watch.skipped_ids:
+            gone = set(self.watch.skipped_ids)
+            self.questions = [q for i, q in enumerate(self.questions) if str(q.get("id", i)) not in gone]
+            if len(self.questions) < self.cfg.questions_per_step:
+                raise TrainingCollapsed(f"guard.remedy_skip_questions left {len(self.questions)} training questions, "
+                                        f"fewer than questions_per_step ({self.cfg.questions_per_step})")
 
     def _evaluate_at_stop(self, last: dict, logger) -> None:
         """The time budget ended between evaluations (eval_every): evaluate the policy as it stands,
@@ -209,8 +305,8 @@ class Trainer:
         if logger is not None:
             logger.log(self.step - 1, {**row, "eval/at_time_budget": 1.0})
 
-    def _finish(self, state: dict | None = None) -> None:
-        """The policy's final artifact (adapter or encoder, for chained stages) and curve plots."""
+    def _finish(self, state: dict | None = None, logger=None) -> None:
+        """The policy's final artifact (adapter or encoder, for chained stages), curve plots, trackers' files."""
         with self._averaged():
             self.setup.export(self.run_dir / f"final_{self.setup.artifact}", state)
         rows = read_metrics(self.run_dir)
@@ -220,6 +316,9 @@ class Trainer:
             keys += [k for k in (method.plot_keys if method else ()) if k not in keys and k in rows[-1]]
             keys += sorted(k for k in rows[-1] if k.startswith("rollout/"))
             line_plot(rows, keys, self.run_dir / "curves.png")
+        for path in (self.run_dir / "config.yaml", self.run_dir / "curves.png"):
+            if logger is not None and path.exists():
+                logger.log_file(path)
 
     def _keep_best(self, row: dict, after: int | None = None) -> None:
         """Export the policy when `keep_best` improved on the held-apart eval questions (`after`:
@@ -253,6 +352,9 @@ class Trainer:
         with full_params(self.model):   # ranks generate different lengths: no per-layer gathers
             trajs, rstats = self.setup.rollout(samples, rcfg, self.rank * cfg.questions_per_step)
         t_rollout = time.perf_counter() - t_start
+        if rstats.get("timeouts"):
+            log.warning("step %d: %d of %d trajectories cut at the wall-time bound (rollout.max_episode_s / "
+                        "max_rollout_s)", self.step, rstats["timeouts"], len(trajs))
         t0 = time.perf_counter()
         reward_fn = make_reward(self.rewards.at(self.step))
         # By id, not group: a pipeline's agents have groups of their own (GRPO never mixes agents).
@@ -260,6 +362,8 @@ class Trainer:
         for t in trajs:
             sample = by_id[t.sample_id]
             t.reward = float(reward_fn(t, sample))
+            if t.stop_reason == "timeout" and cfg.guard.timeout_reward is not None:
+                t.reward = cfg.guard.timeout_reward   # the recipe's rule for an episode cut by a wall-time bound
             score(t)
             if sample.get("gold_passage_ids"):
                 golds = set(sample["gold_passage_ids"])
@@ -284,6 +388,9 @@ class Trainer:
             ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
                                 critic_only=critic_only)
         ustats["critic_only"] = float(critic_only)
+        ustats["guard/nonfinite_skipped"] = float(ustats.pop("nonfinite_skipped", 0))
+        if float(batch.action_mask.sum()):
+            ustats["action_entropy"] = sampled_entropy(batch.old_logprobs, batch.action_mask)
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
@@ -338,6 +445,9 @@ class Trainer:
             "time/retrieval_s": rstats["retrieval_s"], "time/reward_s": t_reward,
             "time/update_s": t_update, "time/step_s": t_total,
             "tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
+            # Episodes cut by rollout.max_episode_s / max_rollout_s, and the guards' running state.
+            "timeouts": sum(t.stop_reason == "timeout" for t in trajs) / n,
+            "guard/rollbacks": float(self.watch.rollbacks), "guard/lr_scale": self.watch.lr_scale,
         }
         recalls = [t.metrics["gold_recall"] for t in trajs if "gold_recall" in t.metrics]
         if recalls:
@@ -365,7 +475,7 @@ class Trainer:
             mods["weight_average"] = self.ema
         return mods or None
 
-    def _save(self) -> None:
+    def _save(self, pending_row: dict | None = None) -> None:
         if self.sharded:   # a collective: every rank sends its shard of the state to rank 0
             self.optimizer.consolidate_state_dict(to=0)
         model_state = opt_state = None
@@ -375,10 +485,14 @@ class Trainer:
             return
         save_checkpoint(self.run_dir, self.step, model=self.model, optimizer=self.optimizer,
                         model_state=model_state, optimizer_state=opt_state,
-                        scheduler=self.scheduler, extra={"step": self.step, "kl": self.kl.state_dict()},
+                        scheduler=self.scheduler,
+                        extra={"step": self.step, "kl": self.kl.state_dict(), "guard": self.watch.state_dict(),
+                               **({"pending_row": pending_row} if pending_row is not None else {})},
                         keep_last=self.cfg.keep_last, extra_modules=self._extra_modules())
 
-    def _load(self, ckpt: Path) -> None:
+    def _load(self, ckpt: Path, rollback: bool = False) -> dict:
+        """Restore a checkpoint; return its trainer state. A rollback keeps this run's remedy (its
+        rollbacks, learning-rate scale and left-out questions) and takes only the rules' history."""
         # The checkpoint's RNG state is rank 0's; other ranks reseed from (seed, rank, step) so they
         # do not replay rank 0's random stream (rollout sampling is seeded per rank explicitly).
         state = load_checkpoint(ckpt, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
@@ -388,45 +502,8 @@ class Trainer:
             seed_everything(self.cfg.seed + 1_000_003 * self.rank + self.step)
         if "kl" in state:
             self.kl.load_state_dict(state["kl"])
+        self.watch.load_state_dict(state.get("guard", {}), history_only=rollback)
+        if self.watch.lr_scale != 1.0:
+            scale_learning_rate(self.optimizer, self.scheduler, self.cfg.lr, self.watch.lr_scale)
+        return state
 
-
-def flat_group_fraction(trajs) -> float:
-    """Share of GRPO groups (trajectories with the same `group`) whose rewards are all equal.
-
-    >>> from types import SimpleNamespace as T
-    >>> flat_group_fraction([T(group=0, reward=1.0), T(group=0, reward=1.0), T(group=1, reward=0.0), T(group=1, reward=0.5)])
-    0.5
-    """
-    groups: dict[int, set[float]] = {}
-    for t in trajs:
-        groups.setdefault(t.group, set()).add(round(float(t.reward), 9))
-    return sum(len(v) == 1 for v in groups.values()) / max(len(groups), 1)
-
-
-class _progress:
-    """A Rich progress bar with the latest reward/F1 (a no-op when disabled). With a time budget
-    the bar fills with time, and shows the step count, since the number of steps is not known."""
-
-    def __init__(self, enabled: bool, total: int, start: int, time_budget_s: float | None = None):
-        self.p, self.budget, self.step, self.t0 = None, time_budget_s, start, time.perf_counter()
-        if enabled:
-            count = "step {task.fields[step]}" if self.budget else "{task.completed}/{task.total}"
-            self.p = Progress(TextColumn("train"), BarColumn(), TextColumn(count),
-                              TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
-            self.task = self.p.add_task("train", total=self.budget or total,
-                                        completed=0 if self.budget else start, info="", step=start)
-            self.p.start()
-
-    def update(self, row: dict) -> None:
-        self.step += 1
-        if self.p:
-            info = f"reward {row['reward_mean']:.3f} f1 {row['f1']:.3f} searches {row['searches']:.2f}"
-            if self.budget:
-                done = min(self.budget, time.perf_counter() - self.t0)
-                self.p.update(self.task, completed=done, step=self.step, info=info)
-            else:
-                self.p.update(self.task, advance=1, step=self.step, info=info)
-
-    def close(self) -> None:
-        if self.p:
-            self.p.stop()

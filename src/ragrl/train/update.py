@@ -9,6 +9,8 @@ rows each take exactly the step one process takes with all B rows.
 """
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +24,8 @@ from ragrl.policy.base import ActionBatch, Policy
 from ragrl.policy.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 from ragrl.train.config import AlgoConfig
 from ragrl.train.distributed import all_sum, is_distributed
+
+log = logging.getLogger("ragrl.train")
 
 
 @dataclass
@@ -141,7 +145,7 @@ def _epochs(policy, optimizer, prep, cfg, kl_coef, max_grad_norm, generator, par
     local_mb = -(-cfg.minibatch_size // world)
     lengths = row_lengths(batch)
     stats_sum: dict[str, float] = {}
-    n_updates = n_micro = 0
+    n_updates = n_micro = n_skipped = 0
     for _ in range(cfg.ppo_epochs):
         order = torch.randperm(B, generator=generator)
         for s in range(0, B, local_mb):
@@ -150,24 +154,37 @@ def _epochs(policy, optimizer, prep, cfg, kl_coef, max_grad_norm, generator, par
             # Global denominators: the loss of each micro batch is its share of the minibatch mean.
             denom = all_sum([float(mask_mb.sum()) if agg == "token_mean" else float((mask_mb.sum(1) > 0).sum())])[0]
             optimizer.zero_grad(set_to_none=True)
+            finite = True
             for m in range(0, len(mb_idx), cfg.micro_batch_size):
                 idx = mb_idx[m: m + cfg.micro_batch_size]
                 st = _micro_step(policy, prep, idx, cfg, kl_coef, agg, denom, critic_only)
+                finite = finite and math.isfinite(st["loss"])
                 n_micro += 1
                 for k, v in st.items():
-                    stats_sum[k] = stats_sum.get(k, 0.0) + v
+                    if math.isfinite(v):   # one poisoned micro batch must not turn the step's means into NaN
+                        stats_sum[k] = stats_sum.get(k, 0.0) + v
             for p in others:   # a per-agent forward may have switched their grads back on: drop them
                 p.grad = None
             _sync_grads(params)
-            gn = (clip_grad_norm(params, max_grad_norm) if sharded
-                  else torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-            stats_sum["grad_norm"] = stats_sum.get("grad_norm", 0.0) + float(gn)
+            gn = float(clip_grad_norm(params, max_grad_norm) if sharded
+                       else torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+            if world > 1:   # every rank must take the same decision: a NaN loss on one skips them all
+                finite = all_sum([0.0 if finite else 1.0])[0] == 0
+            if not (finite and math.isfinite(gn)):
+                # A non-finite loss or gradient would write NaN into the weights and Adam's moments
+                # for good: the optimizer step is not taken (guard.nonfinite_steps counts such steps).
+                log.warning("update skipped: non-finite %s", "loss" if not finite else f"gradient norm ({gn})")
+                optimizer.zero_grad(set_to_none=True)
+                n_skipped += 1
+                continue
+            stats_sum["grad_norm"] = stats_sum.get("grad_norm", 0.0) + gn
             optimizer.step()
             n_updates += 1
     # Averages over the micro batches actually run (a batch smaller than minibatch_size runs
     # fewer than minibatch_size / micro_batch_size of them).
     out = {k: v / max(1, n_updates if k == "grad_norm" else n_micro) for k, v in stats_sum.items()}
     out["updates"] = n_updates
+    out["nonfinite_skipped"] = n_skipped
     return out
 
 

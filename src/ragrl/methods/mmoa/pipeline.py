@@ -20,13 +20,20 @@ With `cfg.generator_samples` = G > 1 each selection branches again at the genera
 one prompt (the same kept documents), one group of their own, so a group baseline compares answers
 to the same context: which answer, not which documents. The rewriter and selector trajectories are
 scored by their first branch's answer, as above.
+
+Wall-time bounds (rollout.max_episode_s / max_rollout_s): every pipeline starts with the call, so
+each has the deadline `episode_deadline` gives; every agent's SamplingParams carry it, and a
+pipeline whose agent is cut there ("timeout") or that is past it when an agent's turn comes (a
+slow retrieval) ends: no retrieval or later agent runs for it (their trajectories hold only their
+prompt), the cut output is not parsed, it has no answer, and every one of its trajectories ends
+with stop_reason "timeout" (they share the pipeline's fate and answer).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from ragrl.engines.base import Engine, SamplingParams
+from ragrl.engines.base import Engine, Generation, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.methods.mmoa.protocol import (
     AGENTS,
@@ -40,7 +47,7 @@ from ragrl.methods.mmoa.protocol import (
 )
 from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
-from ragrl.rollout.multi_turn import RolloutConfig, chat_ids
+from ragrl.rollout.multi_turn import RolloutConfig, chat_ids, episode_deadline
 from ragrl.rollout.trajectory import Trajectory, Turn
 
 
@@ -61,9 +68,11 @@ class _Pipe:
     subqs: list[str] = field(default_factory=list)
     docs: list[Hit] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
-    answer: str = ""
+    answer: str | None = ""
     penalized: dict = field(default_factory=dict)
     trajs: dict = field(default_factory=dict)
+    deadline: float | None = None   # time.monotonic() instant the pipeline must end by
+    timed_out: bool = False         # cut at or past `deadline`: nothing more runs for it
 
 
 def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
@@ -72,6 +81,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     """(1 + K x (1 + G)) x cfg.n trajectories per sample (K = cfg.selector_samples, G =
     cfg.generator_samples): sample-major, then pipeline, then branch (its rewriter's trajectory
     first, each selection's selector trajectory before its answers), then agent order."""
+    start = time.monotonic()   # at entry: every pipeline starts with the rollout
+    deadline = episode_deadline(cfg, start, episode_start=start)
     b = budgets or MMOABudgets()
     tok = engine.tokenizer
     if not isinstance(cfg.selector_samples, int) or cfg.selector_samples < 1:
@@ -82,8 +93,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     if unknown:
         raise ConfigError(f"rollout.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
                           f"pipeline (its agents: {', '.join(AGENTS)})")
-    pipes = [_Pipe(s, i, j) for i, s in enumerate(samples) for j in range(cfg.n)]
-    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0}
+    pipes = [_Pipe(s, i, j, deadline=deadline) for i, s in enumerate(samples) for j in range(cfg.n)]
+    stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
 
     def group(pipe: _Pipe, agent: str) -> int:
         if agent == "selector" and cfg.selector_samples > 1:
@@ -97,16 +108,24 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
 
     def generate(agent: str, messages: list[list[dict]], max_tokens: int, allowed=None) -> None:
         prompts = [chat_ids(tok, m) for m in messages]
+        if deadline is not None:   # past it before this agent's turn (a slow retrieval): not run
+            now = time.monotonic()
+            for pipe in pipes:
+                pipe.timed_out = pipe.timed_out or now >= pipe.deadline
+        live = [k for k, pipe in enumerate(pipes) if not pipe.timed_out]
         temperature = 0.0 if agent in cfg.greedy_agents else cfg.temperature
         params = [SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=cfg.top_p,
                                  seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
-                                 allowed_tokens=allowed[k] if allowed else None) for k in range(len(prompts))]
+                                 allowed_tokens=allowed[k] if allowed else None, deadline=pipes[k].deadline)
+                  for k in live]
         t0 = time.perf_counter()
         activate_agent(getattr(engine, "model", None), agent)   # per-agent LoRA: this agent's
-        gens = engine.generate(prompts, params)
+        gens = dict(zip(live, engine.generate([prompts[k] for k in live], params))) if live else {}
         stats["generate_s"] += time.perf_counter() - t0
-        for pipe, p, g in zip(pipes, prompts, gens):
-            g = g[0]
+        for k, (pipe, p) in enumerate(zip(pipes, prompts)):
+            # A pipeline that timed out earlier gets its prompt only: no action, and no parse below.
+            g = gens[k][0] if k in gens else Generation([], [], "timeout")
+            pipe.timed_out = pipe.timed_out or g.stop_reason == "timeout"
             stats["gen_tokens"] += len(g.token_ids)
             text = g.text if g.text else tok.decode(g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids)
             pipe.trajs[agent] = Trajectory(
@@ -119,13 +138,21 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
 
     # 1. rewriter
     generate("rewriter", [protocol.rewriter_messages(p.sample["question"]) for p in pipes], b.rewriter_tokens)
+    now = time.monotonic()
     for p in pipes:
+        # A cut rewrite is no rewrite; past the deadline already, the retrieval would be wasted.
+        p.timed_out = p.timed_out or (p.deadline is not None and now >= p.deadline)
+        if p.timed_out:   # no sub-questions, no retrieval, no penalty
+            p.penalized["rewriter"] = False
+            continue
         p.subqs, p.penalized["rewriter"] = parse_subquestions(p.trajs["rewriter"].turns[0].action_text,
                                                               p.sample["question"])
     # 2. retrieval: the sub-questions share a budget of candidates; one call per distinct k
     t0 = time.perf_counter()
     wanted: dict[int, list[tuple[_Pipe, int, str]]] = {}
     for p in pipes:
+        if p.timed_out:
+            continue
         for j, (q, k) in enumerate(zip(p.subqs, split_budget(len(p.subqs), b.total_candidates))):
             wanted.setdefault(k, []).append((p, j, q))
     found: dict[tuple[int, int], list[Hit]] = {}
@@ -144,26 +171,31 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     stats["retrieval_s"] += time.perf_counter() - t0
     # 3a. branch: K copies of each pipeline share its sub-questions and candidates (not its rewriter trajectory)
     pipes = [p if k == 0 else _Pipe(p.sample, p.index, p.pipeline, k, p.subqs, p.docs,
-                                    penalized={"rewriter": p.penalized["rewriter"]})
+                                    penalized={"rewriter": p.penalized["rewriter"]},
+                                    deadline=p.deadline, timed_out=p.timed_out)
              for p in pipes for k in range(cfg.selector_samples)]
     # 3. selector, constrained to id lists over this pipeline's documents
     generate("selector", [protocol.selector_messages(p.sample["question"], p.docs) for p in pipes],
              b.selector_tokens, allowed=[selector_grammar(tok, max(1, len(p.docs))) for p in pipes])
     for p in pipes:
         p.kept, p.penalized["selector"] = parse_selection(p.trajs["selector"].turns[0].action_text, len(p.docs))
-        if not p.docs:
+        if not p.docs or p.timed_out:
             p.kept, p.penalized["selector"] = [], False
     # 3b. branch: G copies of each selection share its kept documents (not its selector trajectory)
     pipes = [p if g == 0 else _Pipe(p.sample, p.index, p.pipeline, p.selection, p.subqs, p.docs, list(p.kept),
-                                    penalized={a: p.penalized[a] for a in ("rewriter", "selector")})
+                                    penalized={a: p.penalized[a] for a in ("rewriter", "selector")},
+                                    deadline=p.deadline, timed_out=p.timed_out)
              for p in pipes for g in range(cfg.generator_samples)]
     # 4. generator
     generate("generator", [protocol.generator_messages(p.sample["question"], [p.docs[i] for i in p.kept])
                            for p in pipes], b.generator_tokens)
     out = []
     for p in pipes:
-        p.answer = protocol.extract_answer(p.trajs["generator"].turns[0].action_text) or ""
-        p.penalized["generator"] = generator_penalized(p.answer)
+        if p.timed_out:   # no answer from a cut (or unrun) generator
+            p.answer, p.penalized["generator"] = None, False
+        else:
+            p.answer = protocol.extract_answer(p.trajs["generator"].turns[0].action_text) or ""
+            p.penalized["generator"] = generator_penalized(p.answer)
         gold = set(p.sample.get("gold_passage_ids") or [])
         kept_ids = [p.docs[i].id for i in p.kept]
         for agent in AGENTS:
@@ -171,6 +203,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
                 continue
             t = p.trajs[agent]
             t.answer = p.answer
+            if p.timed_out:
+                t.stop_reason = "timeout"
             t.metrics.update(penalized=bool(p.penalized[agent]), subquestions=list(p.subqs),
                              retrieved=[h.id for h in p.docs], selected=kept_ids)
             if gold:
@@ -190,4 +224,5 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             if gold:
                 sel["scalars"]["selector_f1"] = selector_f1(sel)
         out += [p.trajs[a] for a in AGENTS if a in p.trajs]
+    stats["timeouts"] = sum(t.stop_reason == "timeout" for t in out)
     return out, stats
