@@ -122,18 +122,14 @@ def setup_console(verbose: bool = False) -> ConsoleHandler:
             os.environ.pop(_HF_BARS, None)
             _set_hf_bars = False
         if "transformers" in sys.modules and os.environ.get(_HF_BARS) is None:
-            from transformers.utils import (
-                logging as hf_logging,  # late: only when already imported
-            )
+            from transformers.utils import logging as hf_logging  # late: only when already imported
 
             hf_logging.enable_progress_bar()
     elif _HF_BARS not in os.environ:
         os.environ[_HF_BARS] = "1"   # read by huggingface_hub and transformers at import (both lazy in ragrl)
         _set_hf_bars = True
         if "transformers" in sys.modules:   # already imported (a caller's own import): switch off now
-            from transformers.utils import (
-                logging as hf_logging,  # late: only when already imported
-            )
+            from transformers.utils import logging as hf_logging  # late: only when already imported
 
             hf_logging.disable_progress_bar()
     return handler

@@ -93,9 +93,7 @@ class MlflowTracker:
 
     def start(self, run_dir, run_name, config):
         from mlflow.entities import Param  # optional dependency: ragrl[mlflow]
-        from mlflow.exceptions import (
-            MlflowException,  # optional dependency: ragrl[mlflow]
-        )
+        from mlflow.exceptions import MlflowException  # optional dependency: ragrl[mlflow]
         from mlflow.tracking import MlflowClient  # optional dependency: ragrl[mlflow]
 
         uri = os.environ.get("MLFLOW_TRACKING_URI") or (Path(run_dir) / "mlruns").resolve().as_uri()
