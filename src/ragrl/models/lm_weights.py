@@ -10,6 +10,8 @@ serialises concurrent conversions (two processes starting at once convert once, 
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -139,11 +141,11 @@ def ensure_smollm2() -> Path:
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantize a GGUF checkpoint to float32 and save model + tokenizer to `out_dir`."""
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-        quantization_config=transformers.GgufConfig(dequantize=True),  # plain nn.Linear weights, no GGUF kernels
-    )
+    with _gguf_bar_follows_hf_switch():
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+            quantization_config=transformers.GgufConfig(dequantize=True),  # plain nn.Linear weights, no GGUF kernels
+        )
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     _strip_gguf_marker(model)
     if not all(p.dtype == torch.float32 for p in model.parameters()):
@@ -152,6 +154,23 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     # Keep the model's idea of padding consistent with the tokenizer's.
     model.config.pad_token_id = model.generation_config.pad_token_id = tokenizer.pad_token_id
     save_converted(model, tokenizer, out_dir)
+
+
+@contextlib.contextmanager
+def _gguf_bar_follows_hf_switch():
+    """transformers' GGUF loader draws its tensor bar with plain tqdm, past the switch that silences
+    its other bars (HF_HUB_DISABLE_PROGRESS_BARS, which ragrl's quiet console sets): honour it here."""
+    module = importlib.import_module("transformers.modeling_gguf_pytorch_utils")   # what from_pretrained loads
+    bar = getattr(module, "tqdm", None)
+    quiet = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").lower() in ("1", "true", "yes")
+    if bar is None or not quiet:
+        yield
+        return
+    module.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        module.tqdm = bar
 
 
 def save_converted(model, tokenizer, out_dir: Path) -> None:
