@@ -54,7 +54,6 @@ from ragrl.train.distributed import (
     wants_sharded_optimizer,
     wants_sharded_params,
 )
-from ragrl.train.group_stats import flat_group_fraction
 from ragrl.train.guards import CollapseWatch, Trip, sampled_entropy, scale_learning_rate
 from ragrl.train.progress import TrainProgress
 from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
@@ -66,6 +65,7 @@ from ragrl.train.run_dir import (
     write_resolved_config,
 )
 from ragrl.train.setup import build_setup
+from ragrl.train.step_metrics import trajectory_metrics
 from ragrl.train.update import ppo_update, prepare
 
 log = logging.getLogger("ragrl.train")
@@ -425,47 +425,17 @@ class Trainer:
 
     # ---------------------------------------------------------------- internals
     def _row(self, trajs, rstats, ustats, pstats, t_rollout, t_reward, t_update, t_total) -> dict:
-        n = len(trajs)
-        rewards = torch.tensor([t.reward for t in trajs])
+        row = trajectory_metrics(trajs)
         gen_tokens = sum(t.num_action_tokens for t in trajs)
-        row = {
-            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()) if n > 1 else 0.0,
-            "em": sum(t.metrics["em"] for t in trajs) / n, "f1": sum(t.metrics["f1"] for t in trajs) / n,
-            "cover_em": sum(t.metrics["cover_em"] for t in trajs) / n,
-            "searches": sum(t.num_searches for t in trajs) / n,
-            "turns": sum(t.num_turns for t in trajs) / n,
-            "response_len": sum(len(t.response_ids) for t in trajs) / n,
-            "format_error_rate": sum(t.format_errors > 0 for t in trajs) / n,
-            "retrieval_actions": sum(len(t.retrievals) for t in trajs) / n,
-            "answered": sum(t.answer is not None for t in trajs) / n,
-            # Groups whose samples all scored the same: a group-relative estimator learns nothing there.
-            "flat_group_frac": flat_group_fraction(trajs),
+        row.update({
             "lr": self.scheduler.get_last_lr()[0], "kl_coef": self.kl.value,
             "time/rollout_s": t_rollout, "time/generate_s": rstats["generate_s"],
             "time/retrieval_s": rstats["retrieval_s"], "time/reward_s": t_reward,
             "time/update_s": t_update, "time/step_s": t_total,
             "tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
-            # Episodes cut by rollout.max_episode_s / max_rollout_s, and the guards' running state.
-            "timeouts": sum(t.stop_reason == "timeout" for t in trajs) / n,
             "guard/rollbacks": float(self.watch.rollbacks), "guard/lr_scale": self.watch.lr_scale,
-        }
-        recalls = [t.metrics["gold_recall"] for t in trajs if "gold_recall" in t.metrics]
-        if recalls:
-            row["gold_recall"] = sum(recalls) / len(recalls)
-        # A pipeline's agents (MMOA-RAG) earn rewards on different scales: one mean each, and how
-        # often each one's output drew its penalty.
-        for agent in sorted({t.agent for t in trajs if t.agent}):
-            mine = [t for t in trajs if t.agent == agent]
-            row[f"reward/{agent}"] = sum(t.reward for t in mine) / len(mine)
-            row[f"penalized/{agent}"] = sum(bool(t.metrics.get("penalized")) for t in mine) / len(mine)
-        # Scalars a runner reports on its trajectories (the MMOA pipeline: documents the selector
-        # kept, their F1 against gold, sub-questions): one mean each, over those that carry it.
-        scalars: dict[str, list[float]] = {}
-        for t in trajs:
-            for k, v in t.metrics.get("scalars", {}).items():
-                scalars.setdefault(k, []).append(float(v))
-        row.update({f"rollout/{k}": sum(v) / len(v) for k, v in sorted(scalars.items())})
-        row.update({k: v for k, v in ustats.items()})
+        })
+        row.update(ustats)
         row.update(pstats)
         return row
 
