@@ -52,3 +52,23 @@ def demo_bm25_index(demo_bm25_dir):
     from ragrl.retrieval.index import load_index
 
     return load_index(demo_bm25_dir)
+
+
+@pytest.fixture(scope="session")
+def small_dense_dir(tmp_path_factory):
+    """A real MiniLM dense index over the demo questions' context passages (~200), for HARR recipes."""
+    import json
+
+    from ragrl.datasets import load_questions
+    from ragrl.paths import DEMO_CORPUS
+    from ragrl.retrieval.corpus import load_corpus
+    from ragrl.retrieval.index import build_index
+
+    root = tmp_path_factory.mktemp("dense")
+    wanted = {pid for q in load_questions("demo-train")[:12] for pid in q.get("context_passage_ids") or []}
+    corpus = load_corpus(DEMO_CORPUS)
+    rows = [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i]}
+            for i in range(len(corpus)) if corpus.ids[i] in wanted]
+    path = root / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return build_index(path, root / "index", kind="dense", progress=False)

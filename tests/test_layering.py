@@ -38,6 +38,7 @@ LAYERS = [
     {"eval"},
     {"methods"},
     {"train"},
+    {"compare"},
     {"quickstart"},
     {"cli"},
 ]

@@ -82,6 +82,8 @@ def test_page_in_headless_chromium(run_dir, tmp_path):
     assert cards(both) == 10 and both.count('<div class="col"><div class="meta">naive_rag</div>') == 10   # side by side
     assert '<span class="pid g">p1</span>' in both                          # gold passage highlighted
     assert '<div class="obs">&lt;information&gt;Doc 1 secret obs' in both   # observation in the masked style
+    every = dom(page, "a=agent&b=*&filter=right", tmp_path)                  # every system on each question
+    assert every.count('<tr class="every"><td>naive_rag</td>') == 10 and "gold 1/1" in every
     shot = tmp_path / "view.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1200,900", f"--screenshot={shot}",

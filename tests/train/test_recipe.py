@@ -10,7 +10,6 @@ import pytest
 
 from ragrl.errors import ConfigError
 from ragrl.methods import METHODS
-from ragrl.paths import DEMO_CORPUS
 from ragrl.train.recipe import bundled_recipes, load_train_config, recipe_listing, recipe_variants, resolve_recipe, run_recipe
 
 SNAPSHOT = Path(__file__).with_name("snapshots") / "resolved_recipes.json"
@@ -48,23 +47,6 @@ def test_each_recipe_resolves_to_its_committed_snapshot(name, variant):
 
 def test_the_snapshot_covers_every_recipe_and_variant():
     assert set(json.loads(SNAPSHOT.read_text())) == {f"{n}:{v or ''}" for n, v in CASES}
-
-
-@pytest.fixture(scope="module")
-def small_dense_dir(tmp_path_factory):
-    """A real MiniLM dense index over the demo questions' context passages (~200), for HARR recipes."""
-    from ragrl.datasets import load_questions
-    from ragrl.retrieval.corpus import load_corpus
-    from ragrl.retrieval.index import build_index
-
-    root = tmp_path_factory.mktemp("dense")
-    wanted = {pid for q in load_questions("demo-train")[:12] for pid in q.get("context_passage_ids") or []}
-    corpus = load_corpus(DEMO_CORPUS)
-    rows = [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i]}
-            for i in range(len(corpus)) if corpus.ids[i] in wanted]
-    path = root / "corpus.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return build_index(path, root / "index", kind="dense", progress=False)
 
 
 def one_step_overrides(cfg, out: Path, tiny_model_dir, demo_bm25_dir, small_dense_dir) -> list[str]:
@@ -113,5 +95,9 @@ def test_every_recipe_and_variant_trains_one_step(name, variant, tmp_path, tiny_
     assert rows[0]["time/update_s"] > 0
     artifact = "final_encoder" if cfg.policy != "lm" else "final_adapter"
     assert (run_dir / artifact).is_dir()
+    stages = [s["stage"] for s in json.loads((run_dir / "training.json").read_text())["stages"]]
     if cfg.sft.steps > 0 and stage_one is None:
         assert (run_dir / "sft" / "adapter" / "adapter_config.json").is_file()
+        assert stages == ["sft", "rl"]
+    else:
+        assert stages == ["rl"]

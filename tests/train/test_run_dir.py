@@ -9,7 +9,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from ragrl.errors import RagrlError
 from ragrl.train.checkpoint import save_checkpoint
-from ragrl.train.run_dir import (MetricsLogger, prepare_run_dir, read_metrics, setup_file_logging,
+from ragrl.train.run_dir import (MetricsLogger, describe_machine, prepare_run_dir, read_metrics, read_training_record,
+                                 record_stage, setup_file_logging,
                                  write_resolved_config)
 
 
@@ -111,3 +112,17 @@ def test_resolved_config_and_file_logging(tmp_path):
     finally:
         logging.getLogger("ragrl").removeHandler(handler)
         handler.close()
+
+
+def test_training_record_appends_each_stage_with_its_machine(tmp_path):
+    assert read_training_record(tmp_path) is None
+    record_stage(tmp_path, "sft", 61.24)
+    record_stage(tmp_path, "rl", 300.0)
+    record_stage(tmp_path, "rl", 12.5)        # a resumed stage adds its own entry
+    stages = read_training_record(tmp_path)["stages"]
+    assert [(s["stage"], s["seconds"]) for s in stages] == [("sft", 61.2), ("rl", 300.0), ("rl", 12.5)]
+    assert all(s["machine"] == describe_machine() and s["date"] for s in stages)
+    assert "cores" in describe_machine() or "x " in describe_machine()   # a CPU with its cores, or n x a GPU
+    (tmp_path / "training.json").write_text("{not json")
+    with pytest.raises(RagrlError, match="training.json is not valid JSON"):
+        read_training_record(tmp_path)

@@ -10,24 +10,6 @@ import typer
 from rich.progress import Progress
 
 
-def _from_run(run: Path):
-    """The resolved TrainConfig a run wrote (its config.yaml), checked like a recipe."""
-    from ragrl.train.config import TrainConfig  # late: keeps `ragrl --help` instant
-    from ragrl.yaml_config import load_config  # late: keeps `ragrl --help` instant
-
-    if not (run / "config.yaml").is_file():
-        raise typer.BadParameter(f"{run} has no config.yaml: not a ragrl training run directory", param_hint="--run")
-    return load_config(TrainConfig, run / "config.yaml")
-
-
-def _artifact(run: Path, kind: str) -> Path | None:
-    """The run's best_<kind> (chosen on its held-apart questions) if there is one, else final_<kind>."""
-    for name in (f"best_{kind}", f"final_{kind}"):
-        if (run / name).is_dir():
-            return run / name
-    return None
-
-
 def _with_query_encoder(retriever, query_encoder):
     """The retriever with a trained query encoder on its dense side (deterministic top-k)."""
     if query_encoder is None:
@@ -103,13 +85,15 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.config import TrainConfig  # late: keeps `ragrl --help` instant
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
-        trained = _from_run(run) if run is not None else None
+        from ragrl.compare.runs import find_artifact, load_run_config  # late: keeps `ragrl --help` instant
+
+        trained = load_run_config(run) if run is not None else None
         rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
         agent = agent or (trained.agent if trained else "search_r1")
         model = model or (trained.model.name if trained else "smollm2-135m-instruct")
         if trained is not None:
-            adapter = adapter or _artifact(run, "adapter")
-            query_encoder = query_encoder or (_artifact(run, "encoder") if trained.policy == "retriever" else None)
+            adapter = adapter or find_artifact(run, "adapter")
+            query_encoder = query_encoder or (find_artifact(run, "encoder") if trained.policy == "retriever" else None)
             if index is None and trained.data.index:
                 index = trained.data.index
             if index is None and trained.policy == "retriever":

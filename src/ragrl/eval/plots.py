@@ -117,3 +117,32 @@ def line_plot(metrics_rows: Sequence[dict], keys: Sequence[str], path: str | Pat
     fig.tight_layout()
     _save(fig, path)
     return plotted
+
+
+def f1_vs_searches(rows: dict[str, dict], path: str | Path, *, title: str = "F1 against searches per question") -> Path:
+    """One point per system: searches per question (x) against F1 (y), 95% CI bars on both; a run and
+    its start are joined by an arrow from start to trained, so the change RL made reads at a glance.
+
+    rows: {system: {"f1": {"mean", "ci_lo", "ci_hi"}, "searches": {...}, "role": ...}} (ragrl.compare.table)."""
+    from matplotlib.figure import Figure  # late: matplotlib takes ~0.5 s to import
+    if not rows:
+        raise RagrlError("f1_vs_searches: no systems to plot")
+    fig = Figure(figsize=(8.0, 5.5))
+    ax = fig.add_subplot(1, 1, 1)
+    for name, r in rows.items():
+        x, y = r["searches"], r["f1"]
+        marker = {"baseline": "s", "start": "o", "trained": "D"}.get(r.get("role"), "o")
+        ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["ci_lo"]], [x["ci_hi"] - x["mean"]]],
+                    yerr=[[y["mean"] - y["ci_lo"]], [y["ci_hi"] - y["mean"]]], fmt=marker, capsize=3,
+                    mfc="white" if r.get("role") == "start" else None, label=name)
+        ax.annotate(name, (x["mean"], y["mean"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        start = rows.get(f"{name} (start)")
+        if r.get("role") == "trained" and start is not None:
+            ax.annotate("", (x["mean"], y["mean"]), (start["searches"]["mean"], start["f1"]["mean"]),
+                        arrowprops={"arrowstyle": "->", "alpha": 0.5})
+    ax.set_xlabel("searches per question")
+    ax.set_ylabel("F1 (%)")
+    ax.set_title(title + " (95% CI; hollow: a run's start, arrow: its RL)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

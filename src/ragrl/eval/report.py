@@ -36,7 +36,7 @@ META_KEYS = ("model", "agent", "index", "data_file", "n", "seed", "decoding", "r
 
 # ---------------------------------------------------------------- trajectories on disk
 
-def _file_stem(system: str) -> str:
+def file_stem(system: str) -> str:
     """A file-name-safe version of a system name ("search_r1/grpo" -> "search_r1_grpo")."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", system).strip("._")
     if not stem:
@@ -175,7 +175,7 @@ def write_report(out_dir: str | Path, results: dict[str, dict], meta: dict, *,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    stems = {system: _file_stem(system) for system in results}
+    stems = {system: file_stem(system) for system in results}
     if len(set(stems.values())) != len(stems):
         raise RagrlError(f"system names collide as file names: {stems}")
 

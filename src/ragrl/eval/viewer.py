@@ -7,7 +7,8 @@ whose data file gives the gold passage ids), a training run's `trajectories/step
 `metrics.jsonl` (curves). Per question: the question, gold answers, each system's answer, reward
 and metrics; every turn's action, with the observation marked as masked (retrieved text the policy
 did not write and is not trained on); queries and retrieved passages, gold passages highlighted.
-Filters (right / wrong, searched / not, format error, text), two systems side by side, curves
+Filters (right / wrong, searched / not, format error, text), two systems side by side, or one beside
+every system's answer on each question (`b=*`: what `ragrl compare` writes), curves
 (axes, steps, raw and EMA; a metric constant throughout is named below them, not drawn). A
 retriever's results (`retrieval_per_question.jsonl` of the quickstart or `ragrl eval --systems
 retrieval`, also found from the quickstart's rl/) get their own section: ragrl.eval.retriever_view.
@@ -115,7 +116,7 @@ __RET_CSS__</style></head><body>
 <header>
  <select id="view" hidden><option value="retrieval">retrieval</option><option value="traj">trajectories</option></select>
  <span id="trajbar"><label>system <select id="a"></select></label>
- <label>beside <select id="b"><option value="">(none)</option></select></label>
+ <label>beside <select id="b"><option value="">(none)</option><option value="*">every system</option></select></label>
  <label>show <select id="filter"><option value="all">all</option><option value="right">right (EM)</option>
  <option value="wrong">wrong</option><option value="searched">searched</option><option value="nosearch">did not search</option>
  <option value="format">format error</option><option value="differ">A and B differ</option></select></label>
@@ -143,7 +144,7 @@ function esc(x) { return String(x ?? '').replace(/[&<>"]/g, c => ({'&':'&amp;','
 function right(t) { return t && t.em === 1; }
 function keep(t, s) {
   if (s.text && !t.q.toLowerCase().includes(s.text.toLowerCase())) return false;
-  const o = s.b ? byId[s.b][t.id + '|' + t.agent] : null;
+  const o = s.b && s.b !== '*' ? byId[s.b][t.id + '|' + t.agent] : null;
   switch (s.filter) { case 'right': return right(t); case 'wrong': return !right(t);
     case 'searched': return t.searches > 0; case 'nosearch': return t.searches === 0;
     case 'format': return t.format_errors > 0; case 'differ': return !!o && (o.answer !== t.answer);
@@ -163,6 +164,16 @@ function side(t) {
   }
   return h;
 }
+function every(t) {   // one line per system on this question: its answer, right or wrong, F1, searches, gold found
+  const gold = new Set(D.gold_ids[t.id] || []);
+  const rows = names.map(n => { const o = byId[n][t.id + '|' + t.agent];
+    if (!o) return `<tr class="every"><td>${esc(n)}</td><td class="meta" colspan="4">(not in this system)</td></tr>`;
+    const ids = o.turns.flatMap(u => u.ids.flat()), found = ids.filter(p => gold.has(p)).length;
+    return `<tr class="every"><td>${esc(n)}</td><td><b>${esc(o.answer ?? '(none)')}</b></td>`
+      + `<td class="${right(o) ? 'ok' : 'bad'}">${right(o) ? 'right' : 'wrong'}</td>`
+      + `<td>F1 ${o.f1 == null ? '–' : (+o.f1).toFixed(2)}</td><td class="meta">searches ${o.searches}`
+      + `${gold.size ? ` · gold ${found}/${gold.size}` : ''}</td></tr>`; }).join('');
+  return `<table class="meta">${rows}</table>`; }
 function render() {
   const s = state(); $('a').value = s.a; $('b').value = s.b; $('filter').value = s.filter; $('text').value = s.text;
   const rows = (D.systems[s.a] || []).filter(t => keep(t, s));
@@ -170,11 +181,13 @@ function render() {
   $('count').textContent = `${rows.length} of ${(D.systems[s.a] || []).length}`;
   $('page').textContent = ` page ${page + 1}/${pages} `;
   $('list').innerHTML = rows.slice(page * PER, (page + 1) * PER).map(t => {
-    const o = s.b ? byId[s.b][t.id + '|' + t.agent] : null;
+    const o = s.b && s.b !== '*' ? byId[s.b][t.id + '|' + t.agent] : null;
+    const beside = s.b === '*' ? `<div class="col"><div class="meta">every system</div>${every(t)}</div>`
+      : s.b ? `<div class="col"><div class="meta">${esc(s.b)}</div>${side(o)}</div>` : '';
     return `<div class="card" data-id="${esc(t.id)}"><div class="q">${esc(t.q)}</div>
      <div class="gold">gold: ${t.golds.map(esc).join(' / ')}</div>
      <div class="cols"><div class="col"><div class="meta">${esc(s.a)}</div>${side(t)}</div>
-     ${s.b ? `<div class="col"><div class="meta">${esc(s.b)}</div>${side(o)}</div>` : ''}</div></div>`; }).join('');
+     ${beside}</div></div>`; }).join('');
 }
 function nice(lo, hi, n, integer) {   // axis bounds and ticks at 1, 2, 5 · 10^e
   if (!(hi > lo)) { const d = Math.abs(lo) * 0.1 || 1; lo -= d; hi += d; }

@@ -57,6 +57,12 @@ class Method:
     # `ragrl train --check`: the files, indexes and models its setup would open, one line each.
     preflight: Callable[[Any], list[str]] | None = None
     evaluation: Evaluation = "agent"
+    # evaluation "retriever": (cfg, trained encoder dir | None for the start) -> the run's retriever
+    # as evaluated (deterministic top k, its own index); `.searcher(hops)` gives every hop's passages.
+    eval_retriever: Callable[[Any, Any], Any] | None = None
+    # What its reward charges per retrieval, from a resolved config (None: no charge in this run):
+    # `ragrl compare` sets it beside the break-even cost at which the run's searching stops paying.
+    retrieval_cost: Callable[[Any], float | None] | None = None
     recipes: tuple[str, ...] = ()                # its shipped recipes (ragrl/recipes/<name>.yaml)
     # Its protocol reads plain text when a reward is given neither a trajectory nor a protocol.
     default_text_protocol: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from ragrl.retrieval.corpus import load_corpus
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
-from ragrl.train.distributed import close_distributed
+from ragrl.train.distributed import close_distributed, dist_info
+from ragrl.train.run_dir import record_stage
 from ragrl.train.setup import default_retriever
 from ragrl.train.sft import run_sft
 from ragrl.train.trainer import Trainer
@@ -136,16 +138,22 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
     sft_adapter = run_dir / "sft" / "adapter"
     if cfg.sft.steps > 0 and not cfg.model.init_adapter:
         if not (resume and (sft_adapter / "adapter_config.json").exists()):
+            started = time.perf_counter()
             retriever = default_retriever(cfg)
             model, tok, _ = build_policy(cfg.model)
             sft_warm_start(cfg, model, tok, retriever, run_dir / "sft")
             del model
+            if dist_info()[0] == 0:
+                record_stage(run_dir, "sft", time.perf_counter() - started)
         cfg.model.init_adapter = str(sft_adapter)
+    started = time.perf_counter()
     trainer = Trainer(cfg, retriever=retriever)
     ok = False
     try:
         trainer.train(resume=resume, time_budget_s=time_budget_s)
         ok = True
     finally:
+        if dist_info()[0] == 0:   # what a report says this run cost: a killed stage's time counts too
+            record_stage(run_dir, "rl", time.perf_counter() - started)
         close_distributed(ok=ok)
     return run_dir

@@ -6,6 +6,7 @@
       tb/              the same scalars as TensorBoard events (report_to: tensorboard)
       wandb/, mlruns/  the same as a wandb or MLflow run (report_to; ragrl.train.trackers)
       train.log        the `ragrl` logger's output (setup_file_logging)
+      training.json    each stage's wall time and the machine it ran on (record_stage)
       checkpoints/     see ragrl.train.checkpoint
 
 metrics.jsonl is the source of truth: each line is fsynced as it is written, so a `kill -9`
@@ -19,9 +20,11 @@ import json
 import logging
 import math
 import os
+import platform
 import time
 from pathlib import Path
 
+import torch
 import yaml
 
 from ragrl.errors import RagrlError
@@ -31,6 +34,47 @@ from ragrl.train.trackers import make_trackers
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+TRAINING_FILE = "training.json"
+
+
+def describe_machine() -> str:
+    """The machine in a few words, for a report's "trained for how long, on what" column:
+    the GPU's name where one is visible, else the CPU's model and its core count."""
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        return f"{n}x {torch.cuda.get_device_name(0)}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU: {cpu}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+
+
+def record_stage(run_dir: Path, stage: str, seconds: float) -> None:
+    """Append one stage's wall time (`sft`, `rl`; a resume adds another `rl`) to training.json."""
+    path = Path(run_dir) / TRAINING_FILE
+    data = read_training_record(run_dir) or {"stages": []}
+    data["stages"].append({"stage": stage, "seconds": round(float(seconds), 1), "machine": describe_machine(),
+                           "date": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    _atomic_write(path, json.dumps(data, indent=1))
+
+
+def read_training_record(run_dir: Path) -> dict | None:
+    """training.json of a run ({"stages": [{"stage", "seconds", "machine", "date"}]}), or None."""
+    path = Path(run_dir) / TRAINING_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise RagrlError(f"{path} is not valid JSON ({error}); delete it to start the record again") from error
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), list):
+        raise RagrlError(f"{path} has no list of stages")
+    return data
 
 
 def prepare_run_dir(out_dir: Path, *, resume: bool) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, answer_rewards, register_method
-from ragrl.methods.harr.setup import preflight, retriever_setup
+from ragrl.methods.harr.setup import eval_retriever, preflight, retriever_setup
 
 
 def check_harr_settings(cfg) -> None:
@@ -42,5 +42,6 @@ METHOD = register_method(Method(
     preflight=preflight,
     plot_keys=("gold_recall", "eval/recall"),
     evaluation="retriever",
+    eval_retriever=eval_retriever,
     recipes=("harr_grpo", "harr_ppo"),
 ))

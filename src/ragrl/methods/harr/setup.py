@@ -114,6 +114,15 @@ def run_search(dense, encoder, rc):
     return StochasticRetriever(dense, encoder, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
 
 
+def eval_retriever(cfg, encoder_dir=None) -> StochasticRetriever:
+    """The run's retriever as `ragrl compare` evaluates it: the trained encoder (or, with None, the
+    one it started from) over the run's dense index, deterministic top k, its history settings."""
+    encoder = QueryEncoder(str(encoder_dir) if encoder_dir is not None else cfg.retriever.encoder)
+    rc = cfg.retriever
+    return StochasticRetriever(load_dense_backend(cfg), encoder, history=rc.history, instruction=rc.instruction,
+                               history_words=rc.history_words)
+
+
 def load_dense_backend(cfg):
     """The dense index a retriever policy samples from (cfg.data.index, a dense or hybrid index)."""
     spec = cfg.data.index

@@ -73,6 +73,7 @@ class _Pipe:
     trajs: dict = field(default_factory=dict)
     deadline: float | None = None   # time.monotonic() instant the pipeline must end by
     timed_out: bool = False         # cut at or past `deadline`: nothing more runs for it
+    found: dict[int, list[Hit]] = field(default_factory=dict)   # sub-question j -> what its search returned
 
 
 def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
@@ -162,6 +163,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             found[(id(p), j)] = hs
     for p in pipes:
         seen = set()
+        p.found = {j: found[(id(p), j)] for j in range(len(p.subqs))}
         for j in range(len(p.subqs)):
             for h in found[(id(p), j)]:
                 if h.id not in seen:
@@ -213,10 +215,12 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
         if "rewriter" in p.trajs:
             p.trajs["rewriter"].turns[0].queries = list(p.subqs)
             p.trajs["rewriter"].num_searches = len(p.subqs)
-            p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.docs]]
+            # one list per sub-question (what its search returned), as a search agent's turns record them
+            p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.found.get(j, [])] for j in range(len(p.subqs))]
             # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
             # keep a single document, or a rewriter that never splits, shows in the curves.
             p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
+        p.trajs["generator"].turns[0].passage_ids = [kept_ids]   # what the answer was read from
         if "selector" in p.trajs:         # an answer branch after the first has no selector trajectory
             p.trajs["selector"].turns[0].passage_ids = [kept_ids]
             sel = p.trajs["selector"].metrics

@@ -2,6 +2,8 @@
 query) or to answer; reward EM + F1 - cost per retrieval; SFT warm start, then PPO."""
 from __future__ import annotations
 
+import inspect
+
 from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, register_method
 from ragrl.methods.smartrag.protocol import SmartRAGProtocol
@@ -22,6 +24,14 @@ def check_smartrag_settings(cfg) -> None:
                               "search_cost would charge it twice; set reward.smartrag.cost instead")
 
 
+def smartrag_cost(cfg) -> float | None:
+    """The cost per retrieval its reward charges (the last schedule entry's, as training ended)."""
+    spec = cfg.reward_schedule[-1][1] if cfg.reward_schedule else cfg.reward
+    terms = [t for t in make_reward(spec).terms if t.name == "smartrag"]
+    default = inspect.signature(smartrag_reward).parameters["cost"].default
+    return float(terms[0].weight * terms[0].options.get("cost", default)) if terms else None
+
+
 METHOD = register_method(Method(
     name="smartrag",
     paper="SmartRAG (Gao et al., ICLR 2025)",
@@ -31,5 +41,6 @@ METHOD = register_method(Method(
     answer_rewards=("smartrag",),
     sft_builders={"smartrag": smartrag_episodes},
     check=check_smartrag_settings,
+    retrieval_cost=smartrag_cost,
     recipes=("smartrag_ppo",),
 ))

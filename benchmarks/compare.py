@@ -1,0 +1,64 @@
+"""How long `ragrl compare` takes: trained runs, their starts and the baselines on the same questions,
+from an empty cache (nothing reused from an earlier comparison; identical systems inside this one are
+still run once, as the command does).
+
+    .venv/bin/python benchmarks/compare.py runs/leaderboard/train/* --data kit:eval/hotpotqa_dev.jsonl.gz \\
+        --data kit:eval/musique_dev.jsonl.gz --n 200 --corpus kit:corpus/wiki_passages.jsonl.gz \\
+        --out-dir runs/leaderboard/compare
+
+Prints the table and writes results/compare.json: per system its wall seconds, seconds and generated
+tokens per question, whether it was reused, and the total; the machine and its load before the run.
+The comparison itself (compare.md, compare.json, the plot, the viewer's files) stays in --out-dir.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ragrl.compare.comparison import run_comparison
+from ragrl.train.run_dir import describe_machine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, help="training run folders")
+    ap.add_argument("--data", action="append", required=True, help="question file (repeatable)")
+    ap.add_argument("--n", type=int, default=None, help="the first N questions of each file")
+    ap.add_argument("--corpus", default=None)
+    ap.add_argument("--index", default=None)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--allow-mismatch", action="store_true")
+    ap.add_argument("--out-dir", type=Path, required=True, help="the comparison's folder (its cache is emptied first)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "compare.json")
+    args = ap.parse_args()
+
+    shutil.rmtree(args.out_dir / "systems", ignore_errors=True)   # a fresh cache: every distinct system runs
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    table = run_comparison(args.runs, data=args.data, n=args.n, out=args.out_dir, corpus=args.corpus, index=args.index,
+                           batch_size=args.batch_size, allow_mismatch=args.allow_mismatch)
+    total = time.perf_counter() - t0
+    rows = table["rows"]
+    n = next(iter(rows.values()))["n"]
+    systems = {name: {"wall_s": round(r["seconds_per_q"] * r["n"], 1), "s_per_q": round(r["seconds_per_q"], 3),
+                      "tokens_per_q": round(r["tokens"]["mean"], 1), "reused": r["reused"]} for name, r in rows.items()}
+    result = {"what": "ragrl compare from an empty cache", "questions": n, "data": args.data,
+              "runs": [str(p) for p in args.runs], "systems": systems, "total_s": round(total, 1),
+              "evaluated": sum(1 for s in systems.values() if not s["reused"]),
+              "machine": describe_machine(), "load_before": round(load, 2), "threads": os.environ.get("OMP_NUM_THREADS"),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    for name, s in systems.items():
+        print(f"{name:<32} {s['wall_s']:>8.1f} s  {s['s_per_q']:.3f} s/q  {s['tokens_per_q']:>6.1f} tok/q  {s['reused'] or ''}")
+    print(f"total {total / 60:.1f} min for {len(systems)} systems ({result['evaluated']} evaluated) on {n} questions")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""`ragrl compare` end to end over real tiny runs (one RL step each on the tiny model, real BM25 and
+dense indexes): every column, each run's start, a refused corpus, reuse, the viewer page, the CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli.main import app
+from ragrl.compare.comparison import run_comparison
+from ragrl.errors import ConfigError
+from ragrl.eval.viewer import collect
+from ragrl.train.recipe import load_train_config, run_recipe
+from tests.train.test_recipe import one_step_overrides
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model_dir, demo_bm25_dir, small_dense_dir):
+    """Three finished one-step runs: an LM agent and a pipeline (SFT, then RL, on the demo BM25 index)
+    and a retriever (HARR, on a dense index over a small corpus of its own)."""
+    root = tmp_path_factory.mktemp("compare-runs")
+    out = {}
+    for name in ("search_r1_grpo", "mmoa_mappo", "harr_grpo"):
+        base = load_train_config(name, [], "tiny")
+        sets = one_step_overrides(base, root / name, tiny_model_dir, demo_bm25_dir, small_dense_dir)
+        out[name] = run_recipe(load_train_config(name, sets, "tiny"))
+    return out
+
+
+def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm25_dir):
+    out = tmp_path / "cmp"
+    table = run_comparison([runs["search_r1_grpo"], runs["mmoa_mappo"]], data=["demo-eval"], n=4, out=out,
+                           index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4)
+    names = ["direct", "naive_rag", "search_r1_grpo (start)", "search_r1_grpo", "mmoa_mappo (start)", "mmoa_mappo"]
+    assert list(table["rows"]) == names
+    for name, row in table["rows"].items():
+        assert row["n"] == 4
+        for key in ("em", "f1", "cover_em", "answer_shown", "searches", "tokens"):
+            assert {"mean", "ci_lo", "ci_hi"} <= set(row[key]), (name, key)
+        assert row["seconds_per_q"] > 0 and row["tokens"]["mean"] > 0
+    rows = table["rows"]
+    assert rows["direct"]["searches"]["mean"] == 0 and rows["naive_rag"]["searches"]["mean"] == 1
+    # a pipeline's tokens are every agent's: rewriter, selector and generator each generate
+    assert rows["mmoa_mappo"]["tokens"]["mean"] > rows["direct"]["tokens"]["mean"]
+    assert rows["mmoa_mappo"]["searches"]["mean"] >= 1
+    assert "selector_f1" in rows["mmoa_mappo"]["method_metrics"] and rows["search_r1_grpo"]["method_metrics"] == {}
+    assert set(table["vs_start"]) == {"search_r1_grpo", "mmoa_mappo"}
+    assert set(table["vs_baseline"]) == set(names) - {"naive_rag"}
+    for run in ("search_r1_grpo", "mmoa_mappo"):   # SFT and RL, each timed on this machine
+        trained = rows[run]["trained"]
+        assert trained["seconds"] > 0 and "sft" in trained["how"] and "rl" in trained["how"]
+        assert trained["machine"]
+    md = (out / "compare.md").read_text()
+    assert "| search_r1_grpo (start) | search_r1 |" in md and "## Searches that paid off" in md
+    assert (out / "f1_vs_searches.png").stat().st_size > 10_000
+    saved = json.loads((out / "compare.json").read_text())
+    assert saved["rows"]["naive_rag"]["f1"] == table["rows"]["naive_rag"]["f1"]
+    page = collect(out)      # `ragrl view OUT`: every system, every question, the gold passages
+    assert set(page["systems"]) == {n.replace(" (start)", "_start") for n in names}
+    assert all(len(v) == 4 for v in page["systems"].values()) and page["gold_ids"]
+
+    # a second comparison with the same settings reruns nothing (a killed one resumes the same way)
+    again = run_comparison([runs["search_r1_grpo"], runs["mmoa_mappo"]], data=["demo-eval"], n=4, out=out,
+                           index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4)
+    assert {r["reused"] for r in again["rows"].values()} == {"cached"}
+    assert again["rows"]["mmoa_mappo"]["f1"] == table["rows"]["mmoa_mappo"]["f1"]
+
+
+def test_a_run_on_another_corpus_is_refused_then_compared_when_allowed(runs, tmp_path, tiny_model_dir, demo_bm25_dir):
+    with pytest.raises(ConfigError) as error:
+        run_comparison([runs["harr_grpo"]], data=["demo-eval"], n=2, out=tmp_path / "no",
+                       index=str(demo_bm25_dir), reader=str(tiny_model_dir))
+    assert "harr_grpo" in str(error.value) and "corpus.jsonl" in str(error.value) and "corpus.jsonl.gz" in str(error.value)
+    assert not (tmp_path / "no").exists()           # refused before any work
+    table = run_comparison([runs["harr_grpo"]], data=["demo-eval"], n=3, out=tmp_path / "yes", index=str(demo_bm25_dir),
+                           reader=str(tiny_model_dir), allow_mismatch=True, with_start=True)
+    harr = table["rows"]["harr_grpo"]
+    # the trained encoder searches two hops of 3 (its recipe), and the reader answers from all six
+    assert harr["searches"]["mean"] == 2 and harr["method"] == "harr" and harr["index"]
+    assert table["vs_start"]["harr_grpo"]["n_paired"] == 3
+
+
+def test_questions_a_run_trained_on_are_refused(runs, tmp_path, tiny_model_dir, demo_bm25_dir):
+    with pytest.raises(ConfigError, match="training data"):
+        run_comparison([runs["search_r1_grpo"]], data=["demo-train"], n=3, out=tmp_path / "c",
+                       index=str(demo_bm25_dir), reader=str(tiny_model_dir))
+
+
+def test_cli_trains_a_recipe_then_compares(tmp_path, tiny_model_dir, demo_bm25_dir, small_dense_dir):
+    out = tmp_path / "cmp"
+    base = load_train_config("search_r1_grpo", [], "tiny")
+    sets = [s for s in one_step_overrides(base, tmp_path / "unused", tiny_model_dir, demo_bm25_dir, small_dense_dir)
+            if not s.startswith("out_dir=")]
+    args = ["compare", "--train", "search_r1_grpo", "--minutes", "1", "--data", "demo-eval", "--n", "2",
+            "--index", str(demo_bm25_dir), "--reader", str(tiny_model_dir), "--device", "cpu", "--out", str(out)]
+    args += [x for s in sets for x in ("--set", s)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (out / "runs" / "search_r1_grpo" / "final_adapter").is_dir()
+    assert "search_r1_grpo (start)" in result.output and "naive_rag" in result.output
+    mtime = (out / "runs" / "search_r1_grpo" / "final_adapter").stat().st_mtime
+    again = CliRunner().invoke(app, args)             # finished: not trained again
+    assert again.exit_code == 0, again.output
+    assert (out / "runs" / "search_r1_grpo" / "final_adapter").stat().st_mtime == mtime
+
+
+def test_cli_asks_for_questions(tmp_path):
+    result = CliRunner().invoke(app, ["compare", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0 and "--data" in result.output

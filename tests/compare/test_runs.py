@@ -1,0 +1,81 @@
+"""Reading a run for a comparison: refusals that name the difference, held-out questions, training time."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragrl.compare.runs import (
+    RunRecord,
+    SearchSetting,
+    check_comparable,
+    check_held_out,
+    read_run,
+    training_time,
+)
+from ragrl.datasets import load_questions
+from ragrl.errors import ConfigError
+from ragrl.train.config import TrainConfig
+
+
+def _run(search: SearchSetting, evaluation: str = "agent", label: str = "r") -> RunRecord:
+    return RunRecord(Path(label), label, TrainConfig(), None, evaluation, Path("t"), None, search)
+
+
+DEMO = SearchSetting(Path("demo.jsonl.gz"), "aaaaaaaaaaaaaaaa", "bm25", "bm25(demo.jsonl.gz)")
+WIKI = SearchSetting(Path("wiki_passages.jsonl.gz"), "bbbbbbbbbbbbbbbb", "bm25", "bm25(wiki_passages.jsonl.gz)")
+
+
+def test_another_corpus_is_refused_naming_both():
+    with pytest.raises(ConfigError) as error:
+        check_comparable(_run(DEMO, label="search_r1_demo"), WIKI)
+    message = str(error.value)
+    assert "search_r1_demo" in message and "demo.jsonl.gz" in message and "wiki_passages.jsonl.gz" in message
+    assert "--allow-mismatch" in message
+    check_comparable(_run(DEMO), WIKI, allow_mismatch=True)       # told otherwise: accepted
+
+
+def test_another_index_kind_is_refused_for_an_agent_but_a_retriever_brings_its_own():
+    dense = SearchSetting(WIKI.corpus, WIKI.corpus_sha256, "dense", "runs/dense_index")
+    with pytest.raises(ConfigError, match="dense index .*runs/dense_index.* bm25"):
+        check_comparable(_run(dense), WIKI)
+    check_comparable(_run(dense, evaluation="retriever"), WIKI)   # its index is its policy's
+    server = SearchSetting(WIKI.corpus, "", "server", "http://localhost:8000")
+    with pytest.raises(ConfigError, match="retrieval server .*http://localhost:8000"):
+        check_comparable(_run(server), WIKI)
+
+
+def test_a_question_the_run_trained_on_is_refused():
+    run = _run(DEMO)
+    run.cfg.data.train = "demo-train"
+    seen = load_questions("demo-train", limit=3)
+    with pytest.raises(ConfigError, match=r"3 of the comparison's questions are in r's training data \(demo-train\)"):
+        check_held_out(run, seen + load_questions("demo-eval", limit=2))
+    check_held_out(run, load_questions("demo-eval", limit=20))
+
+
+def test_a_folder_that_is_not_a_finished_run_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        read_run(tmp_path)
+
+
+def test_training_time_adds_the_stages_and_an_earlier_stage_run(tmp_path):
+    stage1, stage2 = tmp_path / "stage1", tmp_path / "stage2"
+    for d, stages in ((stage1, [("sft", 120.0), ("rl", 300.0)]), (stage2, [("rl", 240.0), ("rl", 60.0)])):
+        (d / "final_adapter").mkdir(parents=True)
+        (d / "config.yaml").write_text("{}\n")
+        (d / "training.json").write_text(json.dumps({"stages": [
+            {"stage": s, "seconds": sec, "machine": "CPU: test, 2 cores", "date": "2026-11-27"} for s, sec in stages]}))
+    run = RunRecord(stage2, "stage2", TrainConfig(), None, "agent", stage2 / "final_adapter",
+                    stage1 / "final_adapter", DEMO)
+    t = training_time(run)
+    assert t["seconds"] == 120 + 300 + 240 + 60
+    assert t["machine"] == "CPU: test, 2 cores"
+    assert "after stage1" in t["how"] and "rl 4.0 min + rl 1.0 min" in t["how"]
+
+
+def test_training_time_falls_back_to_the_rl_steps(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "time/step_s": 2.5}) + "\n" for i in range(4)))
+    t = training_time(RunRecord(tmp_path, "r", TrainConfig(), None, "agent", tmp_path, None, DEMO))
+    assert t["seconds"] == 10.0 and "RL steps only" in t["how"]
