@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         seed: int = typer.Option(0, "--seed"),
         no_start: bool = typer.Option(False, "--no-start", help="leave out each run's start (no paired difference against it)"),
+        skip_start: list[str] = typer.Option([], "--skip-start", help="leave out this run's start only (its folder name; repeatable)"),
         allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="compare runs trained on another corpus or index (the table names each row's index)"),
         train: list[str] = typer.Option([], "--train", help="train this recipe's variant first into OUT/runs/<recipe> (repeat; resumed, or skipped when finished)"),
         minutes: float = typer.Option(5.0, "--minutes", min=0.0, help="with --train: each recipe's RL time bound (0: its steps)"),
@@ -59,6 +60,7 @@ def register(app: typer.Typer) -> None:
 
             run_comparison(run_dirs, data=data, out=out, n=n, index=index, corpus=corpus, reader=reader, topk=topk,
                            batch_size=batch_size, seed=seed, allow_mismatch=allow_mismatch, with_start=not no_start,
+                           skip_start=frozenset(skip_start),
                            device=torch_device, progress=progress)
         typer.echo((out / "compare.md").read_text().split("\n## Against")[0])
         typer.echo(f"table: {out / 'compare.md'}; plot: {out / 'f1_vs_searches.png'}; every answer: ragrl view {out}")

@@ -73,7 +73,8 @@ def search_setting(runs: list[RunRecord], index: str | None, corpus: str | None)
 def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int | None = None,
                    index: str | None = None, corpus: str | None = None, reader: str = "smollm2-135m-instruct",
                    topk: int = 3, batch_size: int = 32, seed: int = 0, allow_mismatch: bool = False,
-                   with_start: bool = True, device="cpu", progress=None) -> dict:
+                   with_start: bool = True, skip_start: frozenset[str] = frozenset(), device="cpu",
+                   progress=None) -> dict:
     """Evaluate every run (and its start) and the baselines; write the table and files into `out`."""
     runs = [read_run(Path(p)) for p in run_dirs]
     labels = [r.label for r in runs]
@@ -81,6 +82,9 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
         raise ConfigError(f"two runs share a folder name ({labels}): rows are named after it; rename one")
     if any(label in ("direct", "naive_rag") for label in labels):
         raise ConfigError("a run folder may not be named direct or naive_rag (the baselines' rows)")
+    unknown = sorted(set(skip_start) - set(labels))
+    if unknown:
+        raise ConfigError(f"--skip-start names no run of this comparison: {', '.join(unknown)} (runs: {', '.join(labels)})")
     samples = load_comparison_questions(data, n)
     setting, corpus = search_setting(runs, index, corpus)
     for run in runs:   # before any model is loaded
@@ -89,7 +93,7 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
     passages = load_corpus(setting.corpus)
     ctx = Context(samples=samples, corpus=passages, retriever=retriever_for(index, corpus), setting=setting,
                   reader=reader, topk=topk, batch_size=batch_size, seed=seed, device=device, progress=progress)
-    systems = systems_for(runs, with_start=with_start)
+    systems = systems_for(runs, with_start=with_start, skip_start=frozenset(skip_start))
     out.mkdir(parents=True, exist_ok=True)
     results = evaluate_systems(systems, ctx, out / "systems")
     costs = {r.label: r.method.retrieval_cost(r.cfg) for r in runs

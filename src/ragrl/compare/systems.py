@@ -79,11 +79,11 @@ class Context:
         return self._reader[0]
 
 
-def systems_for(runs: list[RunRecord], *, with_start: bool = True) -> list[System]:
-    """The baselines, then each run's start (if asked) and trained policy."""
+def systems_for(runs: list[RunRecord], *, with_start: bool = True, skip_start: frozenset[str] = frozenset()) -> list[System]:
+    """The baselines, then each run's start (if asked, and its label is not in `skip_start`) and trained policy."""
     out = [System(name, "baseline") for name in BASELINES]
     for run in runs:
-        if with_start:
+        if with_start and run.label not in skip_start:
             out.append(System(f"{run.label} (start)", "start", run, run.start))
         out.append(System(run.label, "trained", run, run.trained))
     return out
