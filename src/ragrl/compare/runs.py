@@ -8,7 +8,6 @@ questions it trained on, and how long it trained on which machine.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,7 +19,7 @@ from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.retrieval.corpus import file_sha256
 from ragrl.retrieval.index import read_manifest
 from ragrl.train.config import TrainConfig
-from ragrl.train.run_dir import METRICS_FILE, read_training_record
+from ragrl.train.run_dir import read_metrics, read_training_record
 from ragrl.yaml_config import load_config
 
 
@@ -160,11 +159,7 @@ def _parent_run(run_dir: Path, start: Path | None) -> Path | None:
 
 
 def _rl_seconds_from_metrics(run_dir: Path) -> float | None:
-    path = run_dir / METRICS_FILE
-    if not path.is_file():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
-    times = [r["time/step_s"] for r in rows if isinstance(r.get("time/step_s"), (int, float))]
+    times = [r["time/step_s"] for r in read_metrics(run_dir) if isinstance(r.get("time/step_s"), (int, float))]
     return float(sum(times)) if times else None
 
 

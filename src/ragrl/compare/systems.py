@@ -230,8 +230,9 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
             out[system.name] = {**done[digest], "reused": "identical to " + done[digest]["name"]}
             continue
         stored, meta = cache_dir / f"{digest}.jsonl", cache_dir / f"{digest}.json"
-        if stored.is_file() and meta.is_file() and json.loads(meta.read_text()).get("key") == key:
-            entry = {"trajectories": load_trajectories(stored), "wall_s": json.loads(meta.read_text())["wall_s"],
+        kept = json.loads(meta.read_text()) if stored.is_file() and meta.is_file() else {}
+        if kept.get("key") == key:
+            entry = {"trajectories": load_trajectories(stored), "wall_s": kept["wall_s"],
                      "reused": "cached"}
         else:
             t0 = time.perf_counter()
