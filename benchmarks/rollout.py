@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,17 +115,30 @@ def run_generate(model, tok, prompts: list[list[int]], new_tokens: int, batch_si
 
 
 def measure(label, model, tok, protocol, retriever, questions, cfg, batch_size, engine_kind="hf") -> dict:
-    """Rollout, then raw generate matched to the rollout's generated-token count."""
+    """Rollout, then raw generate matched to the rollout's generated-token count. engine_kind: a
+    model.engine value; `static:loop` is the static engine turn by turn (rollout.turns_in_slot false),
+    `static:full_width` attending over its whole reserved KV length every step."""
     from ragrl.engines.base import SamplingParams
     from ragrl.engines.registry import make_engine
     from ragrl.rollout.multi_turn import prompt_ids
 
-    engine = make_engine(engine_kind, model, tok, max_batch_size=batch_size)
+    engine_kind, _, mode = engine_kind.partition(":")
+    if mode not in ("", "loop", "full_width") or (mode and engine_kind != "static"):
+        raise SystemExit(f"--engines: {engine_kind}:{mode}: the static engine's modes are :loop and :full_width")
+    cfg = replace(cfg, turns_in_slot=mode != "loop")
+    extra = {"width_buckets": False} if mode == "full_width" else {}
+    engine = make_engine(engine_kind, model, tok, max_batch_size=batch_size, **extra)
     warm_up = [prompt_ids(tok, protocol, questions[0]["question"])]  # first-call allocations, lazy imports
     engine.generate(warm_up, SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
+    if hasattr(engine, "decode_steps"):
+        engine.decode_steps = engine.busy_row_steps = engine.slot_steps = 0   # the rollout's alone
     log(f"[{label}] rollout: {len(questions)} questions x {cfg.n} samples")
     rollout = run_rollout(engine, protocol, retriever, questions, cfg)
     rollout["peak_rss_mib"] = peak_rss_mib()
+    if hasattr(engine, "decode_steps"):   # the static engine: steps are a GPU's cost, occupancy how full they ran
+        rollout["decode_steps"] = engine.decode_steps
+        rollout["slot_occupancy"] = engine.busy_row_steps / max(engine.slot_steps, 1)
+        rollout["turns_in_slot"] = cfg.turns_in_slot
     log(f"[{label}] rollout: {rollout['gen_tokens']} tokens in {rollout['wall_s']:.1f} s")
     prompts = [prompt_ids(tok, protocol, q["question"]) for q in questions for _ in range(cfg.n)]
     new_tokens = max(1, round(rollout["gen_tokens"] / len(prompts)))
@@ -158,6 +171,8 @@ def print_table(result: dict) -> None:
               f"{r['gen_tokens']:>7} {100 * r['retrieval_share']:>11.2f} "
               f"{100 * r['retrieval_and_observation_share']:>7.2f} {r['searches_per_traj']:>13.2f} "
               f"{r['turns_per_traj']:>10.2f}")
+        if "decode_steps" in r:
+            print(f"  {label}: {r['decode_steps']} decode steps, slots {100 * r['slot_occupancy']:.0f}% busy")
     print(f"peak RSS {result['peak_rss_mib']:.0f} MiB, torch threads {result['machine']['torch_threads']}, "
           f"load {result['machine']['loadavg_start']} -> {result['machine']['loadavg_end']}")
 
@@ -176,7 +191,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--adapter", type=Path, default=None, help="also measure this LoRA (SFT) adapter")
-    ap.add_argument("--engines", default="hf,static", help="model.engine values to measure, side by side")
+    ap.add_argument("--engines", default="hf,static,static:loop,static:full_width",
+                    help="model.engine values to measure, side by side (static:loop: static, turn by turn; "
+                         "static:full_width: static attending over its whole reserved length)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()

@@ -12,10 +12,14 @@ tokenizer), bf16, prompts of 256 random tokens, sampled tokens at temperature 1 
               step captured as CUDA graphs, and with torch.compile (mode="reduce-overhead").
   weights     the compiled static step samples from new weights: one weight changed in place moves
               the logits (as tests/engines/test_static.py does on the CPU).
-  episode     a two-turn search_r1-shaped episode through `prefix_caching` (turn 1, the observation
-              appended, turn 2): generated tokens per second against the raw decode rate. Random
-              weights never write </search>, so each turn ends at its budget and the observation
-              is the BM25 top 3 of the demo corpus for the row's question.
+  episode     two-turn search_r1-shaped episodes through the rollout runner: generated tokens per
+              second against the raw decode rate, for `static` with each next turn continuing in
+              its slot, `static` turn by turn (KV reused through prefix caching) and `hf`. Random
+              weights never write </search>, so every turn is read as a search for its own first
+              words (AlwaysSearch), ends at its budget, and its observation is the BM25 top 3 of
+              the demo corpus (~450 tokens).
+  update_ab   one batch's update timed after a static rollout, after the static engine's buffers
+              and graphs are freed, and after an hf decode, with allocator counters and profiles.
   grpo        one tiny search_r1_grpo step (after one warm-up step) with model.engine static and hf,
               split into rollout and update (random SmolLM2-shaped weights: each turn runs to its budget).
 
@@ -49,7 +53,7 @@ SHAPES = {   # hidden, layers, heads, kv heads, intermediate, model type (SmolLM
     "qwen2.5-1.5b": (1536, 28, 12, 2, 8960, "qwen2"),
 }
 TINY_SHAPE = {"tiny": (64, 2, 4, 2, 128, "llama")}
-SECTIONS = ("weights", "decode", "episode", "grpo", "compiled", "generate_compiled")
+SECTIONS = ("weights", "decode", "episode", "update_ab", "grpo", "compiled", "generate_compiled")
 NEVER = frozenset({-1})     # eos ids for the throughput runs: every row decodes its full budget
 
 
@@ -180,46 +184,78 @@ def weights_live(bench: Bench, tok) -> dict:
     return out
 
 
+class AlwaysSearch:
+    """search_r1's episode shape for random weights, which never write a tag: every turn is read as a
+    search for its own first words, so each turn ends at its budget and each observation is the real
+    BM25 top 3 of the demo corpus (about 400-500 tokens), as a searching policy's would be."""
+
+    def __init__(self):
+        from ragrl.rollout.protocol import get_protocol
+
+        self.inner = get_protocol("search_r1")
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def parse(self, text: str):
+        from ragrl.rollout.protocol import Action
+
+        return Action("search", queries=[" ".join(text.split()[:12]) or "search"])
+
+
 def episode(bench: Bench, tok, model, batch: int, system: str, raw_rate: float | None) -> dict:
-    """Two turns through prefix caching; generated tokens/s against the raw decode rate."""
+    """Two-turn episodes through the rollout runner (`run_episodes`), generated tokens/s against the
+    raw decode rate. system: static (each next turn continues in its slot), static_loop (turn by
+    turn, KV reused through prefix caching), hf (turn by turn)."""
     from ragrl.datasets import load_questions
     from ragrl.retrieval.resolve import retriever_for
-    from ragrl.rollout.multi_turn import chat_ids
-    from ragrl.rollout.protocol import get_protocol
+    from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
 
-    protocol = get_protocol("search_r1")
     questions = load_questions("demo-train")
-    retriever = retriever_for(None, None)
-    qs = [questions[i % len(questions)] for i in range(batch)]
-    prompts = [chat_ids(tok, protocol.messages(q["question"])) for q in qs]
+    samples = [{**questions[i % len(questions)], "id": str(i)} for i in range(batch)]
     turn = bench.args.turn_tokens
+    cfg = RolloutConfig(max_turns=2, max_turn_tokens=turn, max_response_tokens=2 * turn + 640, max_obs_tokens=512,
+                        passage_words=120, topk=3, temperature=1.0, n=1, seed=0, turns_in_slot=system == "static")
     engine = (StaticEngine(model, tok, max_batch_size=batch, eos_token_ids=NEVER,
-                           compile_mode="graphs" if bench.gpu else "off") if system == "static"
+                           compile_mode="graphs" if bench.gpu else "off") if system.startswith("static")
               else HFEngine(model, tok, max_batch_size=batch, eos_token_ids=NEVER))
+    retriever, protocol = retriever_for(None, None), AlwaysSearch()
 
     def run():
-        with engine.prefix_caching():
-            t = time.perf_counter()
-            first = engine.generate(prompts, SamplingParams(max_new_tokens=turn, temperature=1.0, seed=0))
-            t_ret = time.perf_counter()
-            hits = retriever.search([q["question"] for q in qs], 3)
-            obs = [protocol.format_observation([q["question"]], [h]) for q, h in zip(qs, hits)]
-            second_prompts = [p + g[0].token_ids + tok(o, add_special_tokens=False)["input_ids"]
-                              for p, g, o in zip(prompts, first, obs)]
-            t_ret = time.perf_counter() - t_ret
-            second = engine.generate(second_prompts, SamplingParams(max_new_tokens=turn, temperature=1.0, seed=1))
-            bench.sync()
-            return time.perf_counter() - t, t_ret, first, second, second_prompts
+        bench.sync()
+        t = time.perf_counter()
+        trajs, stats = run_episodes(engine, protocol, retriever, samples, cfg)
+        bench.sync()
+        return time.perf_counter() - t, trajs, stats
     run()    # warm-up: the same shapes
-    dt, t_ret, first, second, second_prompts = run()
-    produced = sum(len(g[0].token_ids) for g in first + second)
-    rate = produced / dt
+    dt, trajs, stats = run()
+    rate = stats["gen_tokens"] / dt
+    observed = [len(t.token_ids) - t.prompt_len - t.num_action_tokens for t in trajs]
     return {"system": system, "batch": batch, "turn_tokens": turn, "seconds": round(dt, 3),
-            "retrieval_s": round(t_ret, 3), "obs_tokens_mean": round(sum(map(len, second_prompts)) / batch
-                                                                     - sum(len(g[0].token_ids) for g in first) / batch
-                                                                     - sum(map(len, prompts)) / batch, 1),
+            "generate_s": round(stats["generate_s"], 3), "retrieval_s": round(stats["retrieval_s"], 3),
+            "gen_tokens": stats["gen_tokens"], "obs_tokens_mean": round(sum(observed) / batch, 1),
+            "prefill_tokens": getattr(engine, "prefill_tokens", None),
+            "decode_steps": getattr(engine, "decode_steps", None),
             "tokens_per_s": round(rate, 1), "raw_decode_tokens_per_s": raw_rate,
             "ratio_to_raw": round(rate / raw_rate, 3) if raw_rate else None}
+
+
+def random_smollm2_dir(bench: Bench, tok, tmp: Path) -> Path:
+    model_dir = tmp / "random-smollm2"
+    if not model_dir.exists():
+        shape = TINY_SHAPE["tiny"] if bench.args.dry_run else SHAPES["smollm2-135m"]
+        random_model(shape, len(tok), torch.float32, "cpu").save_pretrained(model_dir)
+        tok.save_pretrained(model_dir)
+    return model_dir
+
+
+def grpo_overrides(bench: Bench, model_dir: Path, out: Path, engine_kind: str, compile_mode: str, steps: int):
+    sets = [f"out_dir={out}", f"steps={steps}", "save_every=1000", "eval_every=0", f"model.name={model_dir}",
+            f"model.engine={engine_kind}", f"model.device={bench.device}", f"model.compile={compile_mode}",
+            f"model.dtype={'bfloat16' if bench.gpu else 'float32'}"]
+    if bench.args.dry_run:
+        sets += ["questions_per_step=2", "rollout.n=2", "model.lora_layers=null"]
+    return sets
 
 
 def grpo_step(bench: Bench, tok, engine_kind: str, compile_mode: str, tmp: Path) -> dict:
@@ -227,17 +263,9 @@ def grpo_step(bench: Bench, tok, engine_kind: str, compile_mode: str, tmp: Path)
     from ragrl.train.recipe import load_train_config
     from ragrl.train.trainer import Trainer
 
-    model_dir = tmp / "random-smollm2"
-    if not model_dir.exists():
-        shape = TINY_SHAPE["tiny"] if bench.args.dry_run else SHAPES["smollm2-135m"]
-        random_model(shape, len(tok), torch.float32, "cpu").save_pretrained(model_dir)
-        tok.save_pretrained(model_dir)
-    overrides = [f"out_dir={tmp / f'grpo-{engine_kind}-{compile_mode}'}", f"steps={bench.args.grpo_steps}", "save_every=1000", "eval_every=0",
-                 f"model.name={model_dir}", f"model.engine={engine_kind}", f"model.device={bench.device}",
-                 f"model.compile={compile_mode}",
-                 f"model.dtype={'bfloat16' if bench.gpu else 'float32'}"]
-    if bench.args.dry_run:
-        overrides += ["questions_per_step=2", "rollout.n=2", "model.lora_layers=null"]
+    model_dir = random_smollm2_dir(bench, tok, tmp)
+    overrides = grpo_overrides(bench, model_dir, tmp / f"grpo-{engine_kind}-{compile_mode}", engine_kind, compile_mode,
+                               bench.args.grpo_steps)
     cfg = load_train_config("search_r1_grpo", overrides, "tiny")
     rows = Trainer(cfg).train(resume=False, progress=False)
     timed = rows[1:] or rows
@@ -248,6 +276,88 @@ def grpo_step(bench: Bench, tok, engine_kind: str, compile_mode: str, tmp: Path)
             "rollout_s": mean("time/rollout_s"), "update_s": mean("time/update_s"),
             "tokens_per_s": mean("tokens_per_s"), "first_step_s": rows[0]["time/step_s"],
             "per_step": [{k: r[k] for k in ("time/step_s", "time/rollout_s", "time/update_s")} for r in rows]}
+
+
+def update_ab(bench: Bench, tok, tmp: Path) -> dict:
+    """One batch of trajectories, its update timed again and again: right after a static rollout,
+    after the static engine's KV buffers and graphs are freed, and after an hf decode, each with the
+    allocator's counters and (once after static, once after hf) a profile's top ops. The update
+    after a static rollout took 2-3.5x as long as after hf on the H200 of 2026-11-27: this says why."""
+    from ragrl.train.recipe import load_train_config
+    from ragrl.train.trainer import Trainer
+    from ragrl.train.update import ppo_update, prepare
+
+    mode = "graphs" if bench.gpu else "off"
+    cfg = load_train_config("search_r1_grpo", grpo_overrides(bench, random_smollm2_dir(bench, tok, tmp),
+                                                             tmp / "update-ab", "static", mode, 1), "tiny")
+    trainer = Trainer(cfg)
+    trainer.train(resume=False, progress=False)       # one whole step: captures, the first update
+    setup, policy = trainer.setup, trainer.policy
+    samples = trainer.questions[:cfg.questions_per_step]
+    policy.eval()
+    trajs, _ = setup.rollout(samples, cfg.rollout, 0)
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 2)           # groups that are not flat: every row has an advantage
+    learn = [t for t in trajs if setup.trains(t)]
+    counters = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+
+    def update(label: str, profile: bool = False) -> dict:
+        policy.train()
+        before = torch.cuda.memory_stats() if bench.gpu else {}
+        bench.sync()
+        t = time.perf_counter()
+        prof = None
+        if profile:
+            kinds = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if bench.gpu else [])
+            prof = torch.profiler.profile(activities=kinds)
+            prof.__enter__()
+        prep = prepare(policy, policy.collate(learn), cfg.algo, trainer.kl.value, cfg.algo.micro_batch_size)
+        ppo_update(policy, trainer.optimizer, prep, cfg.algo, trainer.kl.value, cfg.max_grad_norm,
+                   torch.Generator().manual_seed(0))
+        bench.sync()
+        if prof is not None:
+            prof.__exit__(None, None, None)
+        row = {"when": label, "update_s": round(time.perf_counter() - t, 3), "profiled": profile}
+        if bench.gpu:
+            after = torch.cuda.memory_stats()
+            row.update({k: after.get(k, 0) - before.get(k, 0) for k in counters})
+            row["reserved_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
+            row["allocated_gib"] = round(torch.cuda.memory_allocated() / 2**30, 2)
+        if prof is not None:
+            key = "self_cuda_time_total" if bench.gpu else "self_cpu_time_total"
+            row["top_ops"] = prof.key_averages().table(sort_by=key, row_limit=12).splitlines()
+            row["launches"] = sum(e.count for e in prof.key_averages() if e.key.startswith("cudaLaunchKernel"))
+        policy.eval()
+        log(f"update_ab {label}: {row['update_s']} s")
+        return row
+
+    rows = [update("after a static rollout"), update("again, nothing between"), update("profiled", profile=True)]
+    engine = setup.extras["engine"]()
+    engine._buffers.clear()
+    engine._graphs.clear()
+    if bench.gpu:
+        torch.cuda.empty_cache()
+    rows.append(update("static KV buffers and graphs freed"))
+    hf = HFEngine(trainer.model, tok, max_batch_size=64)
+    prompts = [t.token_ids[:t.prompt_len] for t in learn]
+    hf.generate(prompts, SamplingParams(max_new_tokens=bench.args.turn_tokens, temperature=1.0, seed=0))
+    rows += [update("after an hf decode"), update("after an hf decode, profiled", profile=True)]
+    policy.eval()
+    setup.rollout(samples, cfg.rollout, 0)
+    rows.append(update("after a second static rollout"))
+    return {"trajectories": len(learn), "tokens": sum(len(t.token_ids) for t in learn), "rows": rows}
+
+
+def merge_decode_rows(extra: Path, out: Path) -> None:
+    """Add `extra`'s decode rows (a second device call's) to `out`, keeping `out`'s other sections."""
+    base, more = json.loads(out.read_text()), json.loads(extra.read_text())
+    seen = {(r["system"], r["shape"], r["batch"]) for r in base["decode"]}
+    added = [r for r in more["decode"] if (r["system"], r["shape"], r["batch"]) not in seen]
+    base["decode"] += added
+    base.setdefault("merged_calls", []).append({"file": extra.name, "decode_rows": len(added),
+                                                "device": more.get("device"), "elapsed_s": more.get("elapsed_s")})
+    out.write_text(json.dumps(base, indent=1))
+    log(f"added {len(added)} decode rows from {extra} to {out}")
 
 
 def main() -> None:
@@ -261,9 +371,14 @@ def main() -> None:
     ap.add_argument("--baseline-tokens", type=int, default=128, help="tokens for the eager baselines")
     ap.add_argument("--turn-tokens", type=int, default=128)
     ap.add_argument("--grpo-steps", type=int, default=3, help="GRPO steps per engine (the first warms up)")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"model shapes to decode: {', '.join(SHAPES)}")
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections to run, in priority order: {', '.join(SECTIONS)}")
+    ap.add_argument("--merge", default=None, help="no measuring: add this file's decode rows (a second call's) to --out")
     args = ap.parse_args()
+    if args.merge:
+        merge_decode_rows(Path(args.merge), Path(args.out))
+        return
     if args.dry_run:
         args.prompt_tokens, args.new_tokens, args.baseline_tokens, args.turn_tokens, args.grpo_steps = 16, 8, 8, 8, 2
     elif not torch.cuda.is_available():
@@ -283,7 +398,9 @@ def main() -> None:
         raise SystemExit(f"--only: unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     if "weights" in only:
         bench.out["weights_live"] = bench.guarded("weights_live", 30, lambda: weights_live(bench, tok))
-    shapes = TINY_SHAPE if args.dry_run else SHAPES
+    if unknown := set(args.shapes.split(",")) - set(SHAPES):
+        raise SystemExit(f"--shapes: unknown shapes {sorted(unknown)}; choose from {', '.join(SHAPES)}")
+    shapes = TINY_SHAPE if args.dry_run else {k: v for k, v in SHAPES.items() if k in args.shapes.split(",")}
     batches = [4, 2] if args.dry_run else [256, 32]
     models = {}
 
@@ -334,7 +451,7 @@ def main() -> None:
             if first not in models:
                 models.clear()
                 models[first] = random_model(shapes[first], len(tok), bench.dtype, bench.device)
-            row = episode(bench, tok, models[first], batches[0], system, raw.get(system))
+            row = episode(bench, tok, models[first], batches[0], system, raw.get("hf" if system == "hf" else "static"))
             bench.out["episode"].append(row)
             log(f"episode {system} b{batches[0]}: {row['tokens_per_s']:.0f} tok/s")
         bench.guarded(f"episode/{system}", 40, fn)
@@ -347,6 +464,9 @@ def main() -> None:
 
     if "episode" in only:
         ep("static")
+        ep("static_loop")
+    if "update_ab" in only:
+        bench.out["update_ab"] = bench.guarded("update_ab", 60, lambda: update_ab(bench, tok, tmp))
     if "grpo" in only:
         grpo("static", "graphs" if bench.gpu else "off")
         if not args.dry_run:      # the hf trainer path is the test suite's everyday one

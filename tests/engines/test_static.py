@@ -194,13 +194,29 @@ def test_gpu_script_dry_run_writes_every_section(tmp_path):
     compiled step is the test above's; here the static engine runs eager, as CUDA graphs need CUDA)."""
     out = tmp_path / "gpu_rollout.json"
     subprocess.run([sys.executable, str(REPO / "scripts/device/gpu_rollout.py"), "--dry-run", "--out", str(out),
-                    "--only", "decode,episode,grpo,compiled,generate_compiled"], check=True, cwd=tmp_path, timeout=300,
-                   capture_output=True)
+                    "--only", "decode,episode,update_ab,grpo,compiled,generate_compiled"], check=True, cwd=tmp_path,
+                   timeout=300, capture_output=True)
     import json
 
     result = json.loads(out.read_text())
     assert not result["errors"] and not result["skipped"]
     assert {r["system"] for r in result["decode"]} == {"static_graphs", "hf_engine", "generate_eager",
                                                       "generate_static_compiled"}
-    assert [r["system"] for r in result["episode"]] == ["static", "hf"] and result["episode"][0]["ratio_to_raw"] > 0
+    episodes = {r["system"]: r for r in result["episode"]}
+    assert list(episodes) == ["static", "static_loop", "hf"] and all(r["ratio_to_raw"] > 0 for r in episodes.values())
+    assert episodes["static"]["gen_tokens"] == episodes["static_loop"]["gen_tokens"] > 0   # every turn to its budget
+    assert episodes["static"]["obs_tokens_mean"] > 100                                      # real BM25 passages
+    updates = result["update_ab"]["rows"]
+    assert len(updates) == 7 and all(r["update_s"] > 0 for r in updates)
+    assert [r["when"] for r in updates if "top_ops" in r] == ["profiled", "after an hf decode, profiled"]
     assert [(g["engine"], g["steps_timed"]) for g in result["grpo"]] == [("static", 1)]
+    # a second call's decode rows merge into the first file; rows it already has are kept as they were
+    extra = tmp_path / "second.json"
+    extra.write_text(json.dumps({"device": "d2", "elapsed_s": 1.0, "decode": [
+        {**result["decode"][0], "tokens_per_s": -1.0}, {"system": "generate_static_compiled", "shape": "qwen2.5-1.5b",
+                                                        "batch": 256, "tokens_per_s": 9.0}]}))
+    subprocess.run([sys.executable, str(REPO / "scripts/device/gpu_rollout.py"), "--merge", str(extra), "--out", str(out)],
+                   check=True, cwd=tmp_path, timeout=120, capture_output=True)
+    merged = json.loads(out.read_text())
+    assert merged["decode"] == result["decode"] + [json.loads(extra.read_text())["decode"][1]]
+    assert merged["episode"] == result["episode"] and merged["merged_calls"][0]["decode_rows"] == 1

@@ -15,7 +15,7 @@ from ragrl.rollout.protocol import get_protocol
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.datasets import load_questions
 from ragrl.retrieval.resolve import make_retriever
-from ragrl.rollout.multi_turn import RolloutConfig, prompt_ids, run_episodes
+from ragrl.rollout.multi_turn import RolloutConfig, build_observation, build_observations, prompt_ids, run_episodes
 from ragrl.engines.hf import HFEngine
 from ragrl.policy.logprobs import action_logprobs
 from tests.rollout.scripted import CountingRetriever, RecordingEngine, ScriptedEngine, check_token_invariants, spans
@@ -273,6 +273,20 @@ def test_observations_fit_max_obs_tokens_with_tags_intact(tok, eos_ids, index, s
             assert line.startswith(header)
             passage_words = [w for w in line[len(header):].removesuffix("</information>").split() if w != "..."]
             assert len(passage_words) <= 40  # shortened passages (cut marks aside)
+
+
+@pytest.mark.parametrize("budget", [40, 120, 512])
+def test_batched_observations_equal_one_at_a_time(tok, index, budget):
+    """build_observations (one batched tokenisation) gives what build_observation gives per search,
+    within the budget and over it (shrunk one by one), for one to three queries a search."""
+    questions = [q["question"] for q in load_questions("demo-train", limit=12)]
+    searches = [(questions[i:i + 1 + i % 3], index.search(questions[i:i + 1 + i % 3], 3)) for i in range(12)]
+    cfg = RolloutConfig(max_obs_tokens=budget, passage_words=60, topk=3)
+    batched = build_observations(tok, get_protocol("rag_r1"), searches, cfg)
+    assert batched == [build_observation(tok, get_protocol("rag_r1"), qs, hits, cfg) for qs, hits in searches]
+    over = [len(ids) > budget for _, ids in batched]
+    assert not any(over) if budget >= 120 else any(over)   # 40 is below three queries' bare tags
+    assert build_observations(tok, get_protocol("rag_r1"), [], cfg) == []
 
 
 def test_max_queries_per_call_truncates_the_search(tok, eos_ids, index, samples):

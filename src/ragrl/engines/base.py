@@ -57,6 +57,21 @@ class Generation:
     text: str = ""
 
 
+@dataclass
+class NextTurn:
+    """What an episode does after a turn, told to an engine that runs whole episodes
+    (`StaticEngine.run_turns`): append `observation` (token ids; may be empty) after the turn's
+    tokens and decode the next turn with `params` (n must be 1)."""
+
+    observation: list[int]
+    params: SamplingParams
+
+
+# A turn-end callback: the turns that ended since the last call, as (episode index, Generation),
+# in; for each, the episode's NextTurn, or None when the episode is over, out.
+TurnEnds = Callable[[list[tuple[int, Generation]]], list["NextTurn | None"]]
+
+
 class Engine(Protocol):
     """Batched generation over token-id prompts."""
 

@@ -6,6 +6,11 @@ One step of the loop, for every still-active trajectory at once:
   3. send *every* query of *every* searching trajectory in ONE retriever call;
   4. tokenise each observation once and append it with action_mask 0.
 
+With an engine that runs whole episodes (`run_turns`: the static engine) and
+`rollout.turns_in_slot` (the default), steps 2-4 run whenever turns end, for the turns that ended
+together, and each episode's next turn continues in its slot at once: no turn waits for the
+slowest row of the batch. The trajectories are built by the same functions either way.
+
 Token-in/token-out: a trajectory is only ever extended by ids (sampled ids from the engine,
 observation ids from the tokenizer), never re-tokenised from text, so the ids the trainer
 scores are exactly the ids the model saw while sampling.
@@ -21,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ragrl.engines.base import Engine, Generation, SamplingParams
+from ragrl.engines.base import Engine, Generation, NextTurn, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.retrieval.base import DocumentSampler, Hit, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
@@ -61,13 +66,20 @@ class RolloutConfig:
     # "timeout"); the engine cuts a turn at the bound, so one slow row does not hold the others.
     max_episode_s: float | None = None
     max_rollout_s: float | None = None
+    # With an engine that runs whole episodes (model.engine static): an episode's next turn starts
+    # in its slot as soon as its own turn and retrieval are done (False: every episode's turn t
+    # waits for the whole batch's turn t, then all retrieve in one call). Greedy episodes are the
+    # same either way; sampled ones draw from other seeds (a turn's seed is per episode, not per
+    # position in the batch of still-active episodes).
+    turns_in_slot: bool = True
 
 
-# Rollout settings that only shape training batches, with the value evaluation gives each (one answer a
-# question, every agent decoded alike, no wall-time cut: an evaluated result must not depend on how
-# busy the machine was), so they never change an evaluated result (nor belong in the key of a cached one).
+# Rollout settings that only shape training batches or how episodes are scheduled, with the value
+# evaluation gives each (one answer a question, every agent decoded alike, no wall-time cut: an
+# evaluated result must not depend on how busy the machine was; greedy episodes are the same in or
+# out of their slots), so they never change an evaluated result (nor belong in the key of a cached one).
 TRAINING_ONLY = {"selector_samples": 1, "generator_samples": 1, "greedy_agents": (),
-                 "max_episode_s": None, "max_rollout_s": None}
+                 "max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True}
 
 
 @dataclass
@@ -125,8 +137,7 @@ def build_observation(
 
     words = cfg.passage_words
     while True:
-        # Query-focused snippets: the answer sentence survives the cut more often than with a prefix.
-        short = [[replace(h, text=snippet(h.text, q, words)) for h in hs] for q, hs in zip(queries, hits)]
+        short = _snippets(queries, hits, words)
         text, ids = render(queries, short)
         if len(ids) <= budget or words == 0:
             break
@@ -139,6 +150,34 @@ def build_observation(
     if len(ids) > budget:  # long rag_r1 query labels: keep their first words
         text, ids = render([truncate_words(q, 6) for q in queries], [[] for _ in hits])
     return text, ids
+
+
+def build_observations(tokenizer, protocol: TextProtocol, searches: list[tuple[list[str], list[list[Hit]]]],
+                       cfg: RolloutConfig) -> list[tuple[str, list[int]]]:
+    """`build_observation` for many searches (queries, hits) at once, with the same results: each
+    round of renderings is tokenised in one batched call (the fast tokenizer encodes them in
+    parallel; a call a rendering cost ~1 ms, most of an observation's time). Passages shrink in
+    rounds as build_observation shrinks them; a search still over the budget with title-only
+    passages is finished by build_observation itself."""
+    budget, n = cfg.max_obs_tokens, len(searches)
+    words = [cfg.passage_words] * n
+    texts: list[str] = [""] * n
+    ids: list[list[int]] = [[] for _ in range(n)]
+    todo = list(range(n))
+    while todo:
+        rendered = [protocol.format_observation(searches[i][0], _snippets(*searches[i], words[i])) for i in todo]
+        for i, text, row in zip(todo, rendered, tokenizer(rendered, add_special_tokens=False)["input_ids"]):
+            texts[i], ids[i] = text, list(row)
+        todo = [i for i in todo if len(ids[i]) > budget and words[i] > 0]
+        for i in todo:   # build_observation's shrink rule, row by row
+            words[i] = max(0, int(words[i] * budget / len(ids[i]) * 0.95))
+    return [(texts[i], ids[i]) if len(ids[i]) <= budget else build_observation(tokenizer, protocol, *searches[i], cfg)
+            for i in range(n)]
+
+
+def _snippets(queries: list[str], hits: list[list[Hit]], words: int) -> list[list[Hit]]:
+    # Query-focused snippets: the answer sentence survives the cut more often than with a prefix.
+    return [[replace(h, text=snippet(h.text, q, words)) for h in hs] for q, hs in zip(queries, hits)]
 
 
 def run_episodes(
@@ -193,36 +232,93 @@ def run_episodes(
     if isinstance(retriever, DocumentSampler):   # a retriever policy draws its documents: seeded per rollout
 
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
-    with caching() if caching is not None else contextlib.nullcontext():
-        for turn_idx in range(cfg.max_turns):
-            if deadline is not None:   # past it (a long retrieval, a slow turn): end before generating
-                now = time.monotonic()
-                for st in states:
-                    if not st.done and now >= st.deadline:
-                        _time_out(st, None, tok)
-            active = [st for st in states if not st.done]
-            if not active:
-                break
-            params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline) for st in active]
-            t0 = time.perf_counter()
-            gens = engine.generate([st.traj.token_ids for st in active], params)
-            stats["generate_s"] += time.perf_counter() - t0
-            for st, g in zip(active, gens):
-                if g[0].stop_reason == "timeout":
-                    _time_out(st, g[0], tok)
-                else:
-                    _apply_action(st, g[0], protocol, tok, cfg, last_turn=turn_idx == cfg.max_turns - 1)
-                stats["gen_tokens"] += len(g[0].token_ids)
-            searching = [st for st in active if st.pending_queries]
-            if searching:
-                t0 = time.perf_counter()
-                _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
-                stats["retrieval_s"] += time.perf_counter() - t0
+    if cfg.turns_in_slot and hasattr(engine, "run_turns"):
+        _run_in_slots(engine, protocol, retriever, states, cfg, stats, sampling_rng)
+    else:
+        with caching() if caching is not None else contextlib.nullcontext():
+            _run_turn_by_turn(engine, protocol, retriever, states, cfg, stats, sampling_rng, deadline)
     for st in states:
         if not st.done:
             st.done, st.traj.stop_reason = True, "max_turns"
     stats["timeouts"] = sum(st.traj.stop_reason == "timeout" for st in states)
     return [st.traj for st in states], stats
+
+
+def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: RolloutConfig, stats: dict,
+                      sampling_rng, deadline: float | None) -> None:
+    """Every still-active episode's turn t in one `generate` call, then one retrieval call for all."""
+    tok = engine.tokenizer
+    for turn_idx in range(cfg.max_turns):
+        if deadline is not None:   # past it (a long retrieval, a slow turn): end before generating
+            now = time.monotonic()
+            for st in states:
+                if not st.done and now >= st.deadline:
+                    _time_out(st, None, tok)
+        active = [st for st in states if not st.done]
+        if not active:
+            break
+        params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline) for st in active]
+        t0 = time.perf_counter()
+        gens = engine.generate([st.traj.token_ids for st in active], params)
+        stats["generate_s"] += time.perf_counter() - t0
+        for st, g in zip(active, gens):
+            _end_turn(st, g[0], protocol, tok, cfg, stats)
+        searching = [st for st in active if st.pending_queries]
+        if searching:
+            t0 = time.perf_counter()
+            _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
+            stats["retrieval_s"] += time.perf_counter() - t0
+
+
+def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: RolloutConfig, stats: dict,
+                  sampling_rng) -> None:
+    """Whole episodes in one `engine.run_turns` call: whenever turns end, act on them (parse,
+    retrieve for those that search, append observations) and hand each episode's next turn back."""
+    tok = engine.tokenizer
+    live = [e for e, st in enumerate(states) if not st.done]
+    acting_s = 0.0     # time inside the callback: the rest of the call is decoding
+
+    def turn_ends(ended: list[tuple[int, Generation]]) -> list[NextTurn | None]:
+        nonlocal acting_s
+        t0 = time.perf_counter()
+        acted = [(states[live[e]], g) for e, g in ended]
+        marks = []
+        for st, g in acted:
+            marks.append(len(st.traj.token_ids) + len(g.token_ids))   # where this turn's observation starts
+            _end_turn(st, g, protocol, tok, cfg, stats)
+        searching = [st for st, _ in acted if st.pending_queries]
+        if searching:
+            t1 = time.perf_counter()
+            _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
+            stats["retrieval_s"] += time.perf_counter() - t1
+        answers: list[NextTurn | None] = []
+        now = time.monotonic() if any(st.deadline is not None for st, _ in acted) else None
+        for (st, _), mark in zip(acted, marks):
+            if not st.done and now is not None and st.deadline is not None and now >= st.deadline:
+                _time_out(st, None, tok)     # past its bound after retrieval: no next turn
+            if st.done:
+                answers.append(None)
+                continue
+            params = _turn_params(st.traj, cfg, st.traj.num_turns, protocol.stop_strings, st.deadline)
+            answers.append(NextTurn(observation=st.traj.token_ids[mark:], params=params))
+        acting_s += time.perf_counter() - t0
+        return answers
+
+    if live:
+        first = [_turn_params(states[e].traj, cfg, 0, protocol.stop_strings, states[e].deadline) for e in live]
+        t0 = time.perf_counter()
+        engine.run_turns([states[e].traj.token_ids for e in live], first, turn_ends,
+                         max_episode_tokens=cfg.max_response_tokens)
+        stats["generate_s"] += time.perf_counter() - t0 - acting_s
+
+
+def _end_turn(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig, stats: dict) -> None:
+    """Append a generated turn to its episode: cut at the wall-time bound, or acted on."""
+    if g.stop_reason == "timeout":
+        _time_out(st, g, tok)
+    else:
+        _apply_action(st, g, protocol, tok, cfg, last_turn=st.traj.num_turns == cfg.max_turns - 1)
+    stats["gen_tokens"] += len(g.token_ids)
 
 
 def _turn_params(traj: Trajectory, cfg: RolloutConfig, turn_idx: int, stop: list[str],
@@ -317,15 +413,15 @@ def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retri
                 st.traj.retrievals.append(action)
     else:
         hits = retriever.search(flat, cfg.topk) if retriever is not None and flat else [[] for _ in flat]
-    pos = 0
+    pos, searches = 0, []
     for st in searching:
         qs, st.pending_queries = st.pending_queries, []
-        mine = hits[pos: pos + len(qs)]
+        searches.append((qs, hits[pos: pos + len(qs)]))
         pos += len(qs)
+    for st, (qs, mine), (obs, ids) in zip(searching, searches, build_observations(tok, protocol, searches, cfg)):
         turn = st.traj.turns[-1]
         turn.passage_ids = [[h.id for h in hs] for hs in mine]
         turn.passage_titles = [[h.title for h in hs] for hs in mine]
-        obs, ids = build_observation(tok, protocol, qs, mine, cfg)
         _append_observation(st, turn, obs, ids, cfg)
 
 

@@ -1,0 +1,123 @@
+"""run_episodes with an engine that runs whole episodes (StaticEngine.run_turns, rollout.turns_in_slot):
+the same trajectories as the turn-by-turn loop where they must be (greedy, real SmolLM2, real BM25
+retrievals), exact log-probs and seeds independent of the slots when sampled (tiny model), and wall-time
+bounds honoured between turns. The fault injected: a retrieval that takes the rest of the rollout's time."""
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ragrl.datasets import load_questions
+from ragrl.engines.hf import HFEngine
+from ragrl.engines.static import StaticEngine
+from ragrl.models.lm_weights import load_policy
+from ragrl.policy.logprobs import action_logprobs
+from ragrl.retrieval.resolve import make_retriever
+from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.protocol import get_protocol
+from tests.rollout.scripted import CountingRetriever, check_token_invariants
+from tests.rollout.test_multi_turn import NudgedSearchR1
+
+GREEDY = RolloutConfig(max_turns=3, max_turn_tokens=20, max_response_tokens=110, max_obs_tokens=64, passage_words=20,
+                       topk=2, temperature=0.0, n=2, seed=11)
+
+
+@pytest.fixture(scope="module")
+def index(demo_bm25_dir):
+    return make_retriever(demo_bm25_dir)
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return load_questions("demo-eval", limit=4)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_policy(str(tiny_model_dir))
+
+
+def no_generate(*_):
+    raise AssertionError("the in-slot path must not fall back to turn-by-turn generate")
+
+
+def summary(trajs):
+    return [(t.token_ids, t.action_mask, t.stop_reason, t.answer, [(u.kind, u.queries, u.passage_ids) for u in t.turns])
+            for t in trajs]
+
+
+def test_greedy_episodes_in_slot_equal_the_turn_by_turn_loop(smollm2_policy, index, samples):
+    """Real SmolLM2 nudged to search: 8 episodes of up to 3 turns, real BM25 observations, 4 slots."""
+    model, tok = smollm2_policy
+    reference, _ = run_episodes(HFEngine(model, tok), NudgedSearchR1(), index, samples, GREEDY)
+    engine = StaticEngine(model, tok, max_batch_size=4, check_every=4)
+    engine.generate = no_generate
+    retriever = CountingRetriever(index)
+    trajs, stats = run_episodes(engine, NudgedSearchR1(), retriever, samples, GREEDY)
+    assert summary(trajs) == summary(reference)
+    assert sum(t.num_searches for t in trajs) >= 4 and len(retriever.calls) >= 1
+    assert max(t.num_turns for t in trajs) == 3 and stats["gen_tokens"] == sum(t.num_action_tokens for t in trajs)
+    for t in trajs:
+        check_token_invariants(t, tok, engine.eos_token_ids)
+
+
+def test_sampled_episodes_in_slot_score_exactly_and_do_not_depend_on_the_slots(tiny, samples):
+    """The tiny model writes no tags: every turn gets a feedback observation and a next turn, in its slot."""
+    model, tok = tiny
+    protocol = get_protocol("search_r1")
+    cfg = RolloutConfig(max_turns=3, max_turn_tokens=10, max_response_tokens=90, temperature=1.0, n=2, seed=4)
+    runs = []
+    for slots, every in ((2, 3), (8, 8)):
+        engine = StaticEngine(model, tok, max_batch_size=slots, check_every=every)
+        engine.generate = no_generate
+        runs.append(run_episodes(engine, protocol, None, samples, cfg)[0])
+    trajs = runs[0]
+    assert summary(trajs) == summary(runs[1])
+    assert sum(t.num_turns for t in trajs) > len(trajs) and len({tuple(t.token_ids) for t in trajs}) == len(trajs)
+    width = max(len(t.token_ids) for t in trajs)
+    ids, attention, actions, sampled = (torch.zeros(len(trajs), width) for _ in range(4))
+    for i, t in enumerate(trajs):
+        n = len(t.token_ids)
+        ids[i, :n], attention[i, :n] = torch.tensor(t.token_ids, dtype=torch.float), 1
+        actions[i, :n], sampled[i, :n] = torch.tensor(t.action_mask, dtype=torch.float), torch.tensor(t.logprobs)
+        check_token_invariants(t, tok, StaticEngine(model, tok).eos_token_ids)
+    with torch.no_grad():
+        rescored, _ = action_logprobs(model, ids.long(), attention.long(), actions.long())
+    on = actions.bool()
+    torch.testing.assert_close(rescored[on], sampled[on], atol=1e-4, rtol=0)
+    # turns_in_slot: false goes turn by turn through generate; turn 1 draws from the same seeds
+    engine = StaticEngine(model, tok, max_batch_size=2, check_every=3)
+    engine.run_turns = no_generate
+    loop, _ = run_episodes(engine, protocol, None, samples, replace(cfg, turns_in_slot=False))
+    assert [t.turns[0].action_text for t in loop] == [t.turns[0].action_text for t in trajs]
+
+
+class SleepyRetriever:
+    """The real index, but its first search call first sleeps `seconds` (a retrieval server that stalls)."""
+
+    def __init__(self, inner, seconds: float):
+        self.inner, self.seconds, self.calls = inner, seconds, 0
+
+    def search(self, queries, k):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.seconds)
+        return self.inner.search(queries, k)
+
+
+def test_an_episode_past_its_bound_after_retrieval_gets_no_next_turn(smollm2_policy, index, samples):
+    """max_rollout_s passes inside the first retrieval: the episodes that searched keep their
+    observation and end "timeout" with one turn; none is handed back to the engine."""
+    model, tok = smollm2_policy
+    engine = StaticEngine(model, tok, max_batch_size=8, check_every=4)
+    engine.generate = no_generate
+    bound = 8.0
+    retriever = SleepyRetriever(index, bound)
+    trajs, stats = run_episodes(engine, NudgedSearchR1(), retriever, samples, replace(GREEDY, max_rollout_s=bound))
+    searched = [t for t in trajs if t.num_searches]
+    assert searched and stats["timeouts"] == sum(t.stop_reason == "timeout" for t in trajs) >= len(searched)
+    for t in searched:
+        assert t.stop_reason == "timeout" and t.num_turns == 1 and t.turns[0].observation
+        assert t.answer is None
+        check_token_invariants(t, tok, engine.eos_token_ids)
