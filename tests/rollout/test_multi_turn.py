@@ -14,7 +14,6 @@ import torch
 from ragrl.rollout.protocol import get_protocol
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.datasets import load_questions
-from ragrl.retrieval.resolve import make_retriever
 from ragrl.rollout.multi_turn import RolloutConfig, build_observation, build_observations, prompt_ids, run_episodes
 from ragrl.engines.hf import HFEngine
 from ragrl.policy.logprobs import action_logprobs
@@ -45,11 +44,6 @@ def tok(smollm2_policy):
 def eos_ids(smollm2_policy):
     model, tok = smollm2_policy
     return HFEngine(model, tok).eos_token_ids
-
-
-@pytest.fixture(scope="module")
-def index(demo_bm25_dir):
-    return make_retriever(demo_bm25_dir)
 
 
 @pytest.fixture(scope="module")

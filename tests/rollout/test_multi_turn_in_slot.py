@@ -13,7 +13,6 @@ from ragrl.engines.hf import HFEngine
 from ragrl.engines.static import StaticEngine
 from ragrl.models.lm_weights import load_policy
 from ragrl.policy.logprobs import action_logprobs
-from ragrl.retrieval.resolve import make_retriever
 from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
 from ragrl.rollout.protocol import get_protocol
 from tests.rollout.scripted import CountingRetriever, check_token_invariants
@@ -21,11 +20,6 @@ from tests.rollout.test_multi_turn import NudgedSearchR1
 
 GREEDY = RolloutConfig(max_turns=3, max_turn_tokens=20, max_response_tokens=110, max_obs_tokens=64, passage_words=20,
                        topk=2, temperature=0.0, n=2, seed=11)
-
-
-@pytest.fixture(scope="module")
-def index(demo_bm25_dir):
-    return make_retriever(demo_bm25_dir)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import pytest
 from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.models.lm_weights import load_tokenizer
-from ragrl.retrieval.resolve import make_retriever
 from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
 from ragrl.rollout.trajectory import Trajectory
 from tests.rollout.scripted import CountingRetriever, ScriptedEngine, check_token_invariants, spans
@@ -28,11 +27,6 @@ def tok():
 @pytest.fixture(scope="module")
 def eos_ids(tok):
     return {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
-
-
-@pytest.fixture(scope="module")
-def index(demo_bm25_dir):
-    return make_retriever(demo_bm25_dir)
 
 
 @pytest.fixture(scope="module")

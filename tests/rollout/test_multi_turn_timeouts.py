@@ -21,7 +21,6 @@ from ragrl.errors import ConfigError
 from ragrl.methods.mmoa.pipeline import MMOABudgets, run_mmoa_episodes
 from ragrl.methods.mmoa.protocol import MMOAProtocol
 from ragrl.models.lm_weights import load_policy
-from ragrl.retrieval.resolve import make_retriever
 from ragrl.rollout.multi_turn import RolloutConfig, episode_deadline, run_episodes
 from ragrl.rollout.protocol import get_protocol
 from tests.rollout.scripted import CountingRetriever, check_token_invariants
@@ -49,11 +48,6 @@ def static(tiny):
 @pytest.fixture(scope="module")
 def prompts(tiny):
     return [tiny[1](t)["input_ids"] for t in TEXTS]
-
-
-@pytest.fixture(scope="module")
-def index(demo_bm25_dir):
-    return make_retriever(demo_bm25_dir)
 
 
 @pytest.fixture(scope="module")
