@@ -80,6 +80,11 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
+def _sampling_flags(params: list[SamplingParams]) -> tuple[bool, bool]:
+    """(any row uses top-p, any row samples): the flags that pick a compiled decode step."""
+    return (any(sp.top_p < 1 and sp.temperature > 0 for sp in params), any(sp.temperature > 0 for sp in params))
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -290,8 +295,7 @@ class StaticEngine:
         state = SlotState(self, n_slots, -(-need // LENGTH_STEP) * LENGTH_STEP)
         # Sampling flags are fixed for the call (they pick the compiled step): an episode's later
         # turns must keep within them (checked in _turn_ends).
-        use_top_p = any(r.params.top_p < 1 and r.params.temperature > 0 for r in rows)
-        sampling = (use_top_p, any(r.params.temperature > 0 for r in rows))
+        sampling = _sampling_flags([r.params for r in rows])
         pending, in_slot = deque(rows), [None] * n_slots
         resumed: list[tuple[int, Row]] = []    # (slot, row): next turns to prefill in their own slots
         timed = any(r.params.deadline is not None for r in rows)   # else the clock is never read
@@ -393,13 +397,14 @@ class StaticEngine:
                 continue
             if not isinstance(answer, NextTurn):
                 raise RagrlError(f"run_turns: the turn-end callback must answer a NextTurn or None, got {answer!r}")
-            sp = check_requests([row.prompt + row.token_ids + list(answer.observation)], answer.params, self.vocab_size)[0]
+            sp = answer.params
+            row.next_turn(answer.observation, sp, self._seed(sp, row.prompt_index, 0), in_slot=s is not None)
+            check_requests([row.prompt], sp, self.vocab_size)     # the observation's ids, the params' values
             if sp.n != 1 or sp.allowed_tokens is not None:
                 raise ConfigError("run_turns: a next turn is one row (n = 1) without allowed_tokens")
-            if (sp.top_p < 1 and sp.temperature > 0 and not sampling[0]) or (sp.temperature > 0 and not sampling[1]):
+            if any(now and not then for now, then in zip(_sampling_flags([sp]), sampling)):
                 raise ConfigError("run_turns: a next turn samples (or uses top-p) where the episodes' first turns "
                                   "did not; keep temperature and top_p alike across an episode's turns")
-            row.next_turn(answer.observation, sp, self._seed(sp, row.prompt_index, 0), in_slot=s is not None)
             if len(row.prompt) + sp.max_new_tokens + self.check_every + 1 > state.length:
                 raise RagrlError(f"run_turns: episode {row.prompt_index}'s next turn needs "
                                  f"{len(row.prompt) + sp.max_new_tokens} KV columns, past the {state.length} reserved "

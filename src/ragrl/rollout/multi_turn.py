@@ -141,8 +141,7 @@ def build_observation(
         text, ids = render(queries, short)
         if len(ids) <= budget or words == 0:
             break
-        # Shrink every passage proportionally to the overshoot; int() floors, so words always drops.
-        words = max(0, int(words * budget / len(ids) * 0.95))
+        words = _shrunk_words(words, budget, len(ids))
     for keep in range(max((len(hs) for hs in hits), default=0) - 1, -1, -1):
         if len(ids) <= budget:
             break
@@ -170,9 +169,14 @@ def build_observations(tokenizer, protocol: TextProtocol, searches: list[tuple[l
             texts[i], ids[i] = text, list(row)
         todo = [i for i in todo if len(ids[i]) > budget and words[i] > 0]
         for i in todo:   # build_observation's shrink rule, row by row
-            words[i] = max(0, int(words[i] * budget / len(ids[i]) * 0.95))
+            words[i] = _shrunk_words(words[i], budget, len(ids[i]))
     return [(texts[i], ids[i]) if len(ids[i]) <= budget else build_observation(tokenizer, protocol, *searches[i], cfg)
             for i in range(n)]
+
+
+def _shrunk_words(words: int, budget: int, tokens: int) -> int:
+    # Shrink every passage proportionally to the overshoot; int() floors, so words always drops.
+    return max(0, int(words * budget / tokens * 0.95))
 
 
 def _snippets(queries: list[str], hits: list[list[Hit]], words: int) -> list[list[Hit]]:
@@ -275,13 +279,12 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
     """Whole episodes in one `engine.run_turns` call: whenever turns end, act on them (parse,
     retrieve for those that search, append observations) and hand each episode's next turn back."""
     tok = engine.tokenizer
-    live = [e for e, st in enumerate(states) if not st.done]
     acting_s = 0.0     # time inside the callback: the rest of the call is decoding
 
     def turn_ends(ended: list[tuple[int, Generation]]) -> list[NextTurn | None]:
         nonlocal acting_s
         t0 = time.perf_counter()
-        acted = [(states[live[e]], g) for e, g in ended]
+        acted = [(states[e], g) for e, g in ended]
         marks = []
         for st, g in acted:
             marks.append(len(st.traj.token_ids) + len(g.token_ids))   # where this turn's observation starts
@@ -304,10 +307,10 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         acting_s += time.perf_counter() - t0
         return answers
 
-    if live:
-        first = [_turn_params(states[e].traj, cfg, 0, protocol.stop_strings, states[e].deadline) for e in live]
+    if states:    # all of them start here, none done yet
+        first = [_turn_params(st.traj, cfg, 0, protocol.stop_strings, st.deadline) for st in states]
         t0 = time.perf_counter()
-        engine.run_turns([states[e].traj.token_ids for e in live], first, turn_ends,
+        engine.run_turns([st.traj.token_ids for st in states], first, turn_ends,
                          max_episode_tokens=cfg.max_response_tokens)
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
 
