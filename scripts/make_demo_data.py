@@ -1,4 +1,4 @@
-"""Build the bundled demo slice (src/ragrl/data/) from ../shared/data.
+"""Build the bundled demo slice (src/ragrl/data/) from the data kit (ragrl.paths.data_kit).
 
 Deterministic: the same inputs give the same bytes (gzip mtime=0, fixed seed).
 
@@ -21,7 +21,9 @@ import random
 import sys
 from pathlib import Path
 
-SHARED = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data")
+from ragrl.paths import data_kit
+
+SHARED = Path(sys.argv[1]) if len(sys.argv) > 1 else data_kit()   # the kit ragrl reads: $RAGRL_DATA or ragrl-data
 OUT = Path(__file__).resolve().parents[1] / "src" / "ragrl" / "data"
 N_EVAL = 300
 KEEP = ("id", "question", "answers", "dataset", "split", "type", "level",

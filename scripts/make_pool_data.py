@@ -1,4 +1,4 @@
-"""Build the bundled training questions for the full corpus from ../shared/data/train (pools).
+"""Build the bundled training questions for the full corpus from the data kit's train/ pools (ragrl.paths.data_kit).
 
 The original train splits' answers are mostly not in the 51k-passage corpus (BM25 answer@3
 0.08-0.20), so a policy trained on them learns that retrieval does not pay. The dev pools were
@@ -38,8 +38,9 @@ import sys
 from pathlib import Path
 
 from ragrl.datasets import with_heuristic_gold
+from ragrl.paths import data_kit
 
-SHARED = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data")
+SHARED = Path(sys.argv[1]) if len(sys.argv) > 1 else data_kit()   # the kit ragrl reads: $RAGRL_DATA or ragrl-data
 OUT = Path(__file__).resolve().parents[1] / "src" / "ragrl" / "data"
 N_DEV = 200
 N_WIKI_DEV = 137

@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ragrl"
 # Lowest first. A module's layer is its package (ragrl/<package>/...), or its own name for the
 # modules directly under ragrl/.
 LAYERS = [
-    {"__init__", "errors", "jsonl", "paths", "registry", "yaml_config", "datasets", "data", "recipes"},
+    {"__init__", "errors", "jsonl", "paths", "kit", "registry", "yaml_config", "config_help", "datasets", "data", "recipes"},
     {"algos"},
     {"models"},
     {"retrieval"},
@@ -40,6 +40,7 @@ LAYERS = [
     {"train"},
     {"compare"},
     {"quickstart"},
+    {"api"},
     {"cli"},
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -10,7 +10,7 @@ SRC = TESTS.parent / "src" / "ragrl"
 # Folders of tests/ that test what is not in the package: the experiments' own code, snapshots.
 OUTSIDE = {"experiments", "snapshots"}
 # Tests of the whole package rather than one module.
-WHOLE = {"test_layering.py", "test_layout.py", "test_packaging.py"}
+WHOLE = {"test_layering.py", "test_layout.py", "test_packaging.py", "test_fresh_clone.py"}
 
 
 def modules(folder: Path) -> set[str]:

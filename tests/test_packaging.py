@@ -1,5 +1,6 @@
-"""`pip install .` (not editable) keeps every recipe: a wheel built from the checkout, installed in a
-fresh venv that cannot see the checkout, lists and checks a recipe from another directory."""
+"""`pip install .` (not editable) keeps every recipe, and `pip install ./datakit` brings the data kit:
+both wheels built from the checkout, installed in a fresh venv that cannot see the checkout, list and
+check a recipe and verify the kit from another directory; ragrl's own wheel stays small."""
 from __future__ import annotations
 
 import os
@@ -19,12 +20,19 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
     return out
 
 
-def test_a_wheel_installed_in_a_fresh_venv_finds_its_recipes(tmp_path):
+def test_a_wheel_installed_in_a_fresh_venv_finds_its_recipes_and_the_kit(tmp_path):
     wheels = tmp_path / "wheels"
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)])
-    wheel = next(wheels.glob("ragrl-*.whl"))
+    for project in (ROOT, ROOT / "datakit"):
+        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+             str(project)])
+    wheel = next(wheels.glob("ragrl-0*.whl"))
+    kit_wheel = next(wheels.glob("ragrl_data-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "ragrl/recipes/search_r1_grpo.yaml" in names and "ragrl/recipes/r1_searcher_stage1.yaml" in names
+    assert not any("wiki_passages" in n for n in names) and wheel.stat().st_size < 5e6   # the kit is not in it
+    kit_names = zipfile.ZipFile(kit_wheel).namelist()
+    assert {"ragrl_data/manifest.json", "ragrl_data/corpus/wiki_passages.jsonl.gz",
+            "ragrl_data/embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy"} <= set(kit_names)
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
@@ -35,11 +43,13 @@ def test_a_wheel_installed_in_a_fresh_venv_finds_its_recipes(tmp_path):
     purelib.mkdir(parents=True, exist_ok=True)
     (purelib / "parent_env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     python = venv / "bin" / "python"
-    run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)])
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "--ignore-installed", "-q", str(wheel),
+         str(kit_wheel)])
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}   # the session's RAGRL_HOME: converted model, cached index
+    env.pop("RAGRL_DATA", None)
     where = run([str(python), "-c", "import ragrl, ragrl.train.recipe as r; print(ragrl.__file__); "
                  "print(r.resolve_recipe('search_r1_grpo'))"], cwd=elsewhere, env=env).stdout.split()
     assert all(str(purelib) in w for w in where), where   # the wheel's copy, not the checkout's
@@ -50,3 +60,5 @@ def test_a_wheel_installed_in_a_fresh_venv_finds_its_recipes(tmp_path):
     check = run([str(ragrl), "train", "search_r1_grpo", "--variant", "tiny", "--check"], cwd=elsewhere, env=env).stdout
     assert "nothing was trained" in check
     assert not (elsewhere / "runs").exists()
+    kit = run([str(ragrl), "data"], cwd=elsewhere, env=env).stdout.splitlines()
+    assert str(purelib / "ragrl_data") in kit[0] and kit[-1].startswith("18 of 18 files verified")

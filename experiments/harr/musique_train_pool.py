@@ -1,7 +1,7 @@
 """MuSiQue training questions for the retriever (issue #41): answers only, no gold passages.
 
     .venv/bin/python -m experiments.harr.musique_train_pool [--n 600] [--out FILE]
-    .venv/bin/python scripts/make_pool_data.py ../shared/data      # multihop-train = the pools + these rows
+    .venv/bin/python scripts/make_pool_data.py      # multihop-train = the pools + these rows
 
 `multihop-train` holds no MuSiQue question (the only MuSiQue questions with gold passages outside
 `eval/` are `multihop-dev`'s 100), and the held-out MuSiQue answer@6 is the one figure RL did not

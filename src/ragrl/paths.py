@@ -8,6 +8,11 @@ from pathlib import Path
 
 from ragrl.errors import RagrlError
 
+try:   # the data kit's own package (data files and a path; optional: `pip install ragrl` alone lacks it)
+    import ragrl_data
+except ImportError:
+    ragrl_data = None
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_CORPUS = DATA_DIR / "corpus.jsonl.gz"
 DEMO_TRAIN = DATA_DIR / "train.jsonl.gz"
@@ -40,8 +45,9 @@ def file_lock(path: Path):
 
 
 def data_kit() -> Path:
-    """The offline data kit (51k-passage corpus, its MiniLM vectors, QA sets): $RAGRL_DATA, else
-    the first `shared/data` beside the working directory or this checkout (`../shared/data`)."""
+    """The offline data kit (51k-passage corpus, its MiniLM vectors, QA sets): the folder named by
+    $RAGRL_DATA, else the installed `ragrl-data` package (the repository's `datakit/`, which
+    ./install.sh installs). `ragrl data` reports which one is used and verifies it."""
 
     env = os.environ.get("RAGRL_DATA")
     if env:
@@ -49,13 +55,11 @@ def data_kit() -> Path:
         if not path.is_dir():
             raise RagrlError(f"RAGRL_DATA={env} is not a directory")
         return path
-    starts = [Path.cwd().resolve(), Path(__file__).resolve().parent]
-    for start in starts:
-        for d in (start, *start.parents):
-            if (d / "shared" / "data" / "corpus").is_dir():
-                return d / "shared" / "data"
-    raise RagrlError("the data kit (shared/data: corpus/, embeddings/, eval/, train/) was not found beside "
-                     "the working directory or this checkout; set RAGRL_DATA=/path/to/data")
+    if ragrl_data is None:
+        raise RagrlError("the data kit is not installed: install it with `pip install ./datakit` from a ragrl "
+                         "checkout (./install.sh does), or set RAGRL_DATA=/path/to/a/kit (corpus/, embeddings/, "
+                         "eval/, train/)")
+    return ragrl_data.ROOT
 
 
 def resolve_kit(spec: str | Path) -> Path:

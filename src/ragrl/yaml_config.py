@@ -3,15 +3,16 @@
 Resolution order (later wins): the `base:` recipe chain, the recipe itself, the chosen
 entry of its `variants:` mapping, then the command-line overrides. Everything is merged
 as plain dicts first and only then checked against the dataclass fields, so every
-mistake (unknown key, wrong type) is reported with its full dotted key.
+mistake (unknown key, wrong type) is reported with its full dotted key. Each field carries
+its help with `setting(...)` (read by ragrl.config_help: `--explain` and the docs' tables).
 
     @dataclass
     class Optim:
-        lr: float = 1e-6
+        lr: float = setting(1e-6, help="AdamW's learning rate.")
     @dataclass
     class Recipe:
-        model: str = "smollm2-135m"
-        optim: Optim = field(default_factory=Optim)
+        model: str = setting("smollm2-135m", help="The LM: a registry name, HF id or local path.")
+        optim: Optim = setting(factory=Optim, help="The optimizer.")
 
     cfg = load_config(Recipe, "recipes/search_r1.yaml", ["optim.lr=3e-6"], variant="tiny")
 """
@@ -53,6 +54,35 @@ class Choice:
     """
 
     names: Callable[[], list[str]]
+
+
+# ---------------------------------------------------------------- settings with their help
+
+HELP = "help"   # the metadata key of a field's help text (as in TRL's `field(metadata={"help": ...})`)
+
+
+def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+            help: str) -> Any:  # noqa: A002 (`help`, as TRL's metadata names it)
+    """A dataclass field that carries its user-facing help: the one source of what a setting means,
+    read by `ragrl train RECIPE --explain` and the settings tables of docs/recipes.md
+    (ragrl.config_help). `default` is a plain default, `factory` a default_factory (one of them, or
+    neither for a required field); the help's runs of whitespace become single spaces.
+
+    >>> @dataclasses.dataclass
+    ... class Optim:
+    ...     lr: float = setting(1e-6, help="Learning rate of the   optimizer.")
+    ...     betas: list = setting(factory=lambda: [0.9, 0.99], help="Adam's betas.")
+    >>> Optim().betas, field_help(dataclasses.fields(Optim)[0])
+    ([0.9, 0.99], 'Learning rate of the optimizer.')
+    """
+    if not isinstance(help, str) or not help.strip():
+        raise ValueError("setting(): help must be a non-empty text")
+    return dataclasses.field(default=default, default_factory=factory, metadata={HELP: " ".join(help.split())})
+
+
+def field_help(f: dataclasses.Field) -> str:
+    """The help a field was declared with (setting(help=...)), or "" for a plain field."""
+    return f.metadata.get(HELP, "") if f.metadata else ""
 
 
 # ---------------------------------------------------------------- reading recipes

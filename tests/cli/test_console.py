@@ -1,9 +1,11 @@
 """What a real `ragrl train` run prints (the CLI in a subprocess: tiny random Llama, BM25 over 200
-passages, 2 steps, a checkpoint at each): ragrl's own lines and progress bar, and no library chatter
-(INFO records of other loggers, transformers' "Loading weights" / "Writing model shards" bars,
-faiss.loader) or warnings; `ragrl -v` brings the libraries' output back; train.log keeps ragrl's
-INFO lines either way. Both runs show every warning once (PYTHONWARNINGS=default), so a deprecated
-call from ragrl's code fails here even where Python would hide it.
+passages, 2 SFT warm-start steps, 2 RL steps, a checkpoint at each): ragrl's own lines and progress,
+and no library chatter (INFO records of other loggers, transformers' "Loading weights" / "Writing
+model shards" bars, faiss.loader) or warnings; `ragrl -v` brings the libraries' output back;
+train.log keeps ragrl's INFO lines either way. Both runs show every warning once
+(PYTHONWARNINGS=default), so a deprecated call from ragrl's code fails here even where Python would
+hide it. Their output goes to pipes, not a terminal, as under nohup or in CI: progress comes as
+plain lines on stderr (every step: RAGRL_PROGRESS_EVERY_S=0), without a bar's escape codes.
 """
 import json
 import logging
@@ -21,6 +23,8 @@ from ragrl.datasets import load_questions
 CHATTER = ("Loading weights", "Writing model shards", "faiss.loader", "sentence_transformers")
 LOG_RECORD = re.compile(r"\b(DEBUG|INFO) ([\w.]+): ")
 WARNING = re.compile(r"\b(\w*Warning): ")
+PROGRESS = re.compile(r"^\[\d\d:\d\d:\d\d\] (?P<head>(SFT|RL) step \d+/\d+ (loss|reward)) \d+\.\d{3}\b.* · "
+                      r"\d+\.\d s/step · ")
 
 
 def library_info(text: str) -> list[str]:
@@ -51,12 +55,14 @@ def runs(tmp_path_factory, tiny_model_dir):
     write_jsonl(root / "corpus.jsonl", [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i]}
                                         for i in range(200)])
     sets = {"model.name": tiny_model_dir, "questions_per_step": 2, "rollout.n": 2, "rollout.max_turns": 2,
-            "rollout.max_turn_tokens": 16, "rollout.max_response_tokens": 64, "sft.steps": 0, "eval_every": 0,
+            "rollout.max_turn_tokens": 16, "rollout.max_response_tokens": 64, "sft.steps": 2, "sft.batch_size": 2,
+            "eval_every": 0,
             "steps": 2, "save_every": 1, "data.train": root / "train.jsonl", "data.eval": root / "eval.jsonl",
             "data.corpus": root / "corpus.jsonl"}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAGRL_HOME": str(root / "home"),
-           "PYTHONWARNINGS": "default"}
-    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY"):   # the user's settings would win
+           "PYTHONWARNINGS": "default", "RAGRL_PROGRESS_EVERY_S": "0"}
+    # the user's settings would win (the last two would make Rich draw its bar into the pipe)
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", "FORCE_COLOR", "TTY_COMPATIBLE"):
         env.pop(name, None)
 
     def run(name: str, *options: str) -> dict:
@@ -76,8 +82,17 @@ def test_the_console_shows_ragrl_and_no_library_chatter_or_warnings(runs):
     assert not library_info(console), "library log lines on the console:\n" + "\n".join(library_info(console))
     assert not [c for c in CHATTER if c in console], console
     assert not bad_warnings(quiet["stderr"]), "warnings:\n" + "\n".join(bad_warnings(quiet["stderr"]))
-    assert re.search(r"train .* 2/2 reward", quiet["stdout"])          # ragrl's progress bar
     assert "INFO ragrl.train.checkpoint: saved checkpoint" in quiet["stderr"]   # ragrl's own log lines stay
+
+
+def test_off_a_terminal_progress_is_plain_lines_on_stderr_for_sft_and_rl(runs):
+    for run in runs.values():
+        shown = [line for line in run["stderr"].splitlines() if PROGRESS.match(line)]
+        assert [PROGRESS.match(line)["head"] for line in shown] == [
+            "SFT step 1/2 loss", "SFT step 2/2 loss", "RL step 1/2 reward", "RL step 2/2 reward"], run["stderr"][-3000:]
+        assert re.search(r" · ~\d+(m \d\ds|s) left$", shown[0]) and shown[-1].split(" · ")[-1].startswith("done after")
+        assert "\x1b" not in run["stdout"] + run["stderr"]             # no terminal escape codes in the pipe
+        assert "━" not in run["stdout"] + run["stderr"]                 # nor a bar's final frame
 
 
 def test_verbose_brings_the_library_output_back(runs):
@@ -89,6 +104,8 @@ def test_verbose_brings_the_library_output_back(runs):
 def test_train_log_keeps_ragrl_info_either_way(runs):
     for run in runs.values():
         assert re.search(r"INFO ragrl\.train\.checkpoint: saved checkpoint .*step_000002", run["log"]), run["log"]
+        # the log starts before the SFT warm start, not with the RL stage
+        assert re.search(r"INFO ragrl\.train: SFT: 2 steps, loss", run["log"]), run["log"]
 
 
 @pytest.fixture

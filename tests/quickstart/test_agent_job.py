@@ -26,9 +26,9 @@ def test_a_bad_override_is_refused_before_the_earlier_run_is_moved_or_anything_l
     out.mkdir()
     (out / "before_after.md").write_text("earlier run")
     with pytest.raises(ConfigError, match="save_every must be >= 1, got 0"):
-        fresh_run_config(recipe, out, ["save_every=0"], minutes=27.0, cap=100)
+        fresh_run_config(recipe, out, ["save_every=0"], steps=100)
     assert (out / "before_after.md").read_text() == "earlier run" and len(list(tmp_path.iterdir())) == 1
-    assert fresh_run_config(recipe, out, [], minutes=27.0, cap=100).steps == 100   # a good one moves it aside
+    assert fresh_run_config(recipe, out, [], steps=100).steps == 100   # a good one moves it aside
     assert not out.exists() and len(list(tmp_path.iterdir())) == 1
 
 

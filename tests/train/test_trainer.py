@@ -280,28 +280,39 @@ def test_trainer_evaluate_per_question_scores_pair_with_the_summary(tiny_model_d
     assert "per_question" not in Trainer(cfg).evaluate()
 
 
-def test_time_budget_stops_before_a_step_that_would_overrun_and_checkpoints(tiny_model_dir, tmp_path, monkeypatch):
+def test_time_budget_stops_before_a_step_that_would_overrun_and_checkpoints(tiny_model_dir, tmp_path, monkeypatch,
+                                                                           caplog):
+    """The bound is a safety: a run it cuts says so loudly (a WARNING naming the steps) and records the
+    cut in training.json; a resume that reaches the recipe's steps clears the record."""
     from ragrl.train.checkpoint import latest_checkpoint
+    from ragrl.train.run_dir import read_training_record
     from ragrl.train.trainer import Trainer
 
     monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
     cfg = tiny_trainer_config(tiny_model_dir, tmp_path, "steps=3", "save_every=100")
-    rows = Trainer(cfg).train(progress=False, time_budget_s=0.0)   # the first step always runs
+    trainer = Trainer(cfg)
+    with caplog.at_level("WARNING", logger="ragrl.train"):
+        rows = trainer.train(progress=False, time_budget_s=0.0)   # the first step always runs
     assert len(rows) == 1 and latest_checkpoint(tmp_path / "run").name == "step_000001"
-    assert len(Trainer(cfg).train(resume=True, progress=False)) == 2  # no budget: the remaining steps
+    assert trainer.cut_by_time_bound == 1
+    assert "THE WALL-TIME BOUND CUT THIS RUN" in caplog.text and "after 1 of 3 steps" in caplog.text
+    assert read_training_record(tmp_path / "run")["cut_by_time_bound"] == {"step": 1, "steps": 3, "bound_s": 0.0}
+    resumed = Trainer(cfg)
+    assert len(resumed.train(resume=True, progress=False)) == 2  # no budget: the remaining steps
+    assert resumed.cut_by_time_bound is None and "cut_by_time_bound" not in read_training_record(tmp_path / "run")
 
 
 def test_progress_bar_counts_time_under_a_budget_and_steps_otherwise():
     from ragrl.train.progress import TrainProgress
 
     row = {"reward_mean": 0.5, "f1": 0.25, "searches": 1.0}
-    timed = TrainProgress(True, 1000, 3, time_budget_s=60.0)
+    timed = TrainProgress(True, 1000, 3, time_budget_s=60.0, live=True)
     timed.update(row)
     timed.update(row)
     task = timed.p.tasks[0]
     timed.close()
     assert task.total == 60.0 and 0 <= task.completed < 60.0 and task.fields["step"] == 5
-    stepped = TrainProgress(True, 10, 3)
+    stepped = TrainProgress(True, 10, 3, live=True)
     stepped.update(row)
     task = stepped.p.tasks[0]
     stepped.close()

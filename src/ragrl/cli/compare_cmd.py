@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
         runs: list[Path] = typer.Argument(None, help="training run folders (each one's config.yaml says how it is evaluated)"),
         data: list[str] = typer.Option([], "--data", help="question file (JSONL[.gz], kit: path or demo name); repeat for several"),
         n: Optional[int] = typer.Option(None, "--n", min=1, help="the first N questions of each --data file \\[default: all]"),
-        index: Optional[str] = typer.Option(None, "--index", help="the comparison's index folder \\[default: BM25 over --corpus]"),
+        index: Optional[str] = typer.Option(None, "--index", help="the comparison's index folder \\[default: the one the runs searched, else BM25 over --corpus]"),
         corpus: Optional[str] = typer.Option(None, "--corpus", help="the comparison's corpus \\[default: the one the runs searched]"),
         reader: str = typer.Option("smollm2-135m-instruct", "--reader", help="the model of direct, naive_rag and a retriever run's reader"),
         topk: int = typer.Option(3, "--topk", min=1, help="naive_rag's passages (a run keeps its own rollout.topk)"),
@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
         skip_start: list[str] = typer.Option([], "--skip-start", help="leave out this run's start only (its folder name; repeatable)"),
         allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="compare runs trained on another corpus or index (the table names each row's index)"),
         train: list[str] = typer.Option([], "--train", help="train this recipe's variant first into OUT/runs/<recipe> (repeat; resumed, or skipped when finished)"),
-        minutes: float = typer.Option(5.0, "--minutes", min=0.0, help="with --train: each recipe's RL time bound (0: its steps)"),
+        minutes: float = typer.Option(0.0, "--minutes", min=0.0, help="with --train: a safety bound on each recipe's RL wall "
+                                                                      "time; RL trains the recipe's fixed steps, and a run the "
+                                                                      "bound cuts says so loudly (0: no bound)"),
         variant: Optional[str] = typer.Option("tiny", "--variant", help="with --train: the recipes' variant"),
         set_: list[str] = typer.Option([], "--set", help="with --train: an override for every recipe, key=value (repeatable)"),
         device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N"),

@@ -3,7 +3,8 @@ and the libraries' progress bars for the CLI (`setup_console`, called by the app
 
 By default the console shows ragrl's own output and nothing else:
 
-  - ragrl's progress bars (Rich) and the lines its commands print;
+  - ragrl's progress bars (Rich) and the lines its commands print; off a terminal, where a bar
+    cannot draw, training prints plain progress lines to stderr instead (ragrl.train.progress);
   - ragrl's log records (`ragrl.*` loggers, INFO and up); a training run also writes them to
     <run dir>/train.log (ragrl.train.run_dir.setup_file_logging), whatever the console shows;
   - WARNING and above from every logger.

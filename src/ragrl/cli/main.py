@@ -17,9 +17,9 @@ app = typer.Typer(
 )
 
 # Each module adds its commands to `app` (kept in separate files so each reads top to bottom).
-from ragrl.cli import compare_cmd, eval_cmd, index_cmd, serve_cmd, train_cmd  # noqa: E402
+from ragrl.cli import compare_cmd, data_cmd, eval_cmd, index_cmd, serve_cmd, train_cmd  # noqa: E402
 
-for _mod in (index_cmd, serve_cmd, eval_cmd, train_cmd, compare_cmd):
+for _mod in (index_cmd, serve_cmd, eval_cmd, train_cmd, compare_cmd, data_cmd):
     _mod.register(app)
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import Progress
 
 from ragrl.cli.console import narrate
 
@@ -17,6 +16,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def train(
         recipe: Optional[str] = typer.Argument(None, help="recipe file or bundled name, e.g. search_r1_grpo"),
+        key: Optional[str] = typer.Argument(None, show_default=False,
+                                            help="with --explain: one setting (algo.estimator) or a section "
+                                                 "(algo) instead of every setting"),
         list_: bool = typer.Option(False, "--list", help="list the shipped recipes, their methods and variants"),
         variant: Optional[str] = typer.Option(None, "--variant", "-v", help="recipe variant, e.g. tiny"),
         set_: list[str] = typer.Option([], "--set", help="override: key.sub=value (repeatable)"),
@@ -27,6 +29,11 @@ def register(app: typer.Typer) -> None:
                                       help="wall-time bound of the RL steps: no step starts that would end past it "
                                            "(at the mean step time so far); the run then checkpoints and writes its "
                                            "final adapter as at its last step (0: no bound, the recipe's steps)"),
+        explain: bool = typer.Option(False, "--explain",
+                                     help="print each setting of this recipe (with --variant and --set): its value, "
+                                          "default, allowed values and help, then exit (nothing is loaded or "
+                                          "trained). `ragrl train RECIPE --explain KEY`: one setting "
+                                          "(algo.estimator) or a section (algo); no KEY (or all): every setting"),
     ) -> None:
         """Train an agent with RL (optionally after an SFT warm start, as the recipe says)."""
         from ragrl.train.recipe import load_train_config, recipe_listing, run_recipe  # late: see the module docstring
@@ -38,8 +45,18 @@ def register(app: typer.Typer) -> None:
             return
         if recipe is None:
             raise typer.BadParameter("name a recipe (ragrl train --list shows them)", param_hint="RECIPE")
+        if key is not None and not explain:
+            raise typer.BadParameter(f"{key!r}: a second argument is read only with --explain "
+                                     f"(ragrl train {recipe} --explain {key})", param_hint="KEY")
 
         cfg = load_train_config(recipe, set_, variant)
+        if explain:   # the config alone: no model, data or index is opened
+            from ragrl.config_help import explain as explain_settings, format_explain  # late: see the module docstring
+            from ragrl.train.check import RANGES  # late: see the module docstring
+            from ragrl.train.config import TrainConfig  # late: see the module docstring
+
+            typer.echo(format_explain(explain_settings(TrainConfig, cfg, key, ranges=RANGES)), nl=False)
+            return
         if check:
             from ragrl.train.check import check_everything  # late: keeps `ragrl --help` instant
 
@@ -59,6 +76,7 @@ def register(app: typer.Typer) -> None:
         """SFT warm start on synthesised search episodes (train split); writes a LoRA adapter."""
         from ragrl.policy.lm_model import build_policy  # late: keeps `ragrl --help` instant
         from ragrl.train.check import check_ranges  # late: keeps `ragrl --help` instant
+        from ragrl.train.progress import sft_progress  # late: keeps `ragrl --help` instant
         from ragrl.train.recipe import load_train_config, sft_warm_start  # late: keeps `ragrl --help` instant
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
@@ -68,11 +86,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("sft.steps is 0 in this recipe; pass --set sft.steps=N")
         model, tok, _ = build_policy(cfg.model)
 
-        with Progress(transient=True) as bar:   # SFT runs for minutes on a CPU: show the step and loss
-            task = bar.add_task("SFT", total=cfg.sft.steps)
-            res = sft_warm_start(cfg, model, tok, default_retriever(cfg), out,
-                                 progress=lambda step, total, loss: bar.update(task, completed=step,
-                                                                               description=f"SFT loss {loss:.3f}"))
+        with sft_progress(cfg.sft.steps) as progress:   # minutes on a CPU: a bar, or plain lines off a terminal
+            res = sft_warm_start(cfg, model, tok, default_retriever(cfg), out, progress=progress)
         typer.echo(f"SFT done: loss {res.losses[0]:.3f} -> {res.losses[-1]:.3f}; adapter in {res.adapter_dir}")
 
     @app.command()
@@ -83,9 +98,13 @@ def register(app: typer.Typer) -> None:
                                      "agent: SFT + GRPO on the search agent (Search-R1, bundled demo corpus)"),
         set_: list[str] = typer.Option([], "--set", help="override the job's tiny recipe (harr_grpo or search_r1_grpo)"),
         minutes: Optional[float] = typer.Option(None, "--minutes", min=0.0,
-                                                help="wall-time bound of the whole job; RL gets what the other stages "
-                                                     "leave, up to the recipe's steps \\[default: 15 for retriever, 27 for "
-                                                     "agent] (0: no bound, exactly the recipe's steps)"),
+                                                help="safety bound on the whole job's wall time: RL trains the job's fixed "
+                                                     "steps (the same seed gives the same table on any machine) and starts "
+                                                     "no step past this bound; a run it cuts says so loudly \\[default: 45 "
+                                                     "for retriever, 60 for agent] (0: no bound)"),
+        held_out: Optional[int] = typer.Option(None, "--held-out", min=1,
+                                               help="retriever job: only the first N questions of each held-out set "
+                                                    "(a short run; default: all)"),
     ) -> None:
         """The main job: index, evaluate, RL, evaluate again on held-out questions, print the before/after table."""
         if job not in ("retriever", "agent"):
@@ -96,8 +115,11 @@ def register(app: typer.Typer) -> None:
         if job == "retriever":
             from ragrl.quickstart.retriever_job import run_retriever_quickstart  # late: keeps `ragrl --help` instant
 
-            run_retriever_quickstart(str(out), set_, minutes=15.0 if minutes is None else (minutes or None))
+            run_retriever_quickstart(str(out), set_, minutes=45.0 if minutes is None else (minutes or None),
+                                     held_out_n=held_out)
         else:
+            if held_out is not None:
+                raise typer.BadParameter("applies to --job retriever only", param_hint="--held-out")
             from ragrl.quickstart.agent_job import run_quickstart  # late: keeps `ragrl --help` instant
 
-            run_quickstart(str(out), set_, minutes=27.0 if minutes is None else (minutes or None))
+            run_quickstart(str(out), set_, minutes=60.0 if minutes is None else (minutes or None))

@@ -58,16 +58,21 @@ def load_comparison_questions(data: list[str], n: int | None) -> list[dict]:
     return rows
 
 
-def search_setting(runs: list[RunRecord], index: str | None, corpus: str | None) -> tuple[SearchSetting, str | None]:
-    """The comparison's corpus and index: --index, else BM25 over --corpus, else over the corpus the
-    (agent) runs searched, which must then be one; returns the setting and the corpus spec to build from."""
+def search_setting(runs: list[RunRecord], index: str | None, corpus: str | None
+                   ) -> tuple[SearchSetting, str | None, str | None]:
+    """The comparison's corpus and index: --index, else BM25 over --corpus, else the index folder the
+    agent runs all searched (their data.index), else BM25 over the corpus the runs searched, which
+    must then be one; returns the setting, the index and the corpus spec to build from."""
     if index is None and corpus is None:
+        indexes = {r.cfg.data.index for r in runs if r.evaluation != "retriever"}
+        if len(indexes) == 1 and None not in indexes:
+            return corpus_setting(None, next(iter(indexes))), next(iter(indexes)), None
         specs = {r.cfg.data.corpus for r in runs}
         if len(specs) > 1:
             raise ConfigError(f"the runs searched different corpora ({', '.join(sorted(map(str, specs)))}); "
                               "name the comparison's with --corpus or --index")
         corpus = next(iter(specs)) if specs else None
-    return corpus_setting(corpus, index), corpus
+    return corpus_setting(corpus, index), index, corpus
 
 
 def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int | None = None,
@@ -86,7 +91,7 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
     if unknown:
         raise ConfigError(f"--skip-start names no run of this comparison: {', '.join(unknown)} (runs: {', '.join(labels)})")
     samples = load_comparison_questions(data, n)
-    setting, corpus = search_setting(runs, index, corpus)
+    setting, index, corpus = search_setting(runs, index, corpus)
     for run in runs:   # before any model is loaded
         check_comparable(run, setting, allow_mismatch=allow_mismatch)
         check_held_out(run, samples)

@@ -45,7 +45,7 @@ def plan_runs(recipes: list[str], root: Path, *, variant: str | None = "tiny",
 
 def train_recipes(recipes: list[str], root: Path, *, minutes: float, variant: str | None = "tiny",
                   overrides: list[str] = ()) -> list[Path]:
-    """Train each recipe (RL bounded by `minutes`, SFT before it unbounded); returns the run folders."""
+    """Train each recipe to its fixed steps (`minutes`: a safety bound on RL alone, 0 none); returns the run folders."""
     dirs = []
     for name, cfg in plan_runs(recipes, root, variant=variant, overrides=overrides):
         run_dir = Path(cfg.out_dir)
@@ -55,6 +55,6 @@ def train_recipes(recipes: list[str], root: Path, *, minutes: float, variant: st
             continue
         # a killed run goes on from its checkpoint, or from its SFT adapter if it died before one
         resume = latest_checkpoint(run_dir) is not None or (run_dir / "sft" / "adapter" / "adapter_config.json").is_file()
-        log.info("%s: %s into %s (RL at most %.1f min)", name, "resuming" if resume else "training", run_dir, minutes)
+        log.info("%s: %s into %s (RL safety bound %.1f min)", name, "resuming" if resume else "training", run_dir, minutes)
         run_recipe(cfg, resume=resume, time_budget_s=minutes * 60 or None)
     return dirs

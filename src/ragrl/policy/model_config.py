@@ -2,41 +2,56 @@
 engine it rolls out with. It lives with the policy that reads it (build_policy), below train/."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from ragrl.engines.registry import ENGINES, make_engine
-from ragrl.yaml_config import Choice
+from ragrl.yaml_config import Choice, setting
 
 EngineKind = Annotated[str, Choice(lambda: list(ENGINES))]
 
 
 @dataclass
 class ModelConfig:
-    name: str = "smollm2-135m-instruct"   # registry name, HF id or local path
-    init_adapter: str | None = None       # a LoRA adapter (e.g. an SFT checkpoint) to start from
-    lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0             # dropout breaks "ratio == 1 at the first epoch"
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"])
-    lora_layers: int | None = None        # LoRA on the top N decoder layers only (cheaper backward)
-    # The rollout engine, for training, evaluation and the quickstart. auto: static on a GPU (where
-    # the model's architecture allows), hf on a CPU. hf: generate with the very module being
-    # trained (no sync). static: the same module, a preallocated KV cache and a compiled decode
-    # step (engines/static.py). vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy that
-    # receives the merged weights whenever a trained parameter changed.
-    engine: EngineKind = "auto"
-    # How the static engine compiles its decode step: auto (torch.compile with CUDA graphs on a
-    # GPU, eager on a CPU), inductor (torch.compile), graphs (CUDA graphs of the eager step), off.
-    compile: Literal["auto", "inductor", "graphs", "off"] = "auto"
-    # Weights of the frozen base model. bfloat16 halves memory traffic and uses AMX/bf16 units
-    # (2-3x faster on CPUs that have them); LoRA adapters, log-probs and values stay float32.
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"   # auto: bf16 where native
-    # Where the policy runs (and trains): auto = this rank's CUDA GPU when there is one, else CPU.
-    device: str = "auto"                  # auto | cpu | cuda | cuda:N
-    max_batch_size: int = 64              # generation rows at once
+    """The LM: which model, its LoRA adapter, dtype and device, and the rollout engine."""
+
+    name: str = setting("smollm2-135m-instruct", help=(
+        "The LM: a registry name (smollm2-135m-instruct), a Hugging Face id or a local path."))
+    init_adapter: str | None = setting(None, help=(
+        "A LoRA adapter folder to start from (e.g. an SFT checkpoint or an earlier stage's "
+        "final_adapter); it is also the KL reference. Needs model.lora. null: a new adapter."))
+    lora: bool = setting(True, help=(
+        "true: train a LoRA adapter over the frozen base; false: train every weight of the model."))
+    lora_r: int = setting(16, help="LoRA rank of a new adapter (an init_adapter keeps its own).")
+    lora_alpha: int = setting(32, help="LoRA alpha of a new adapter (its update is scaled by alpha / r).")
+    # Dropout breaks "ratio == 1 at the first epoch" (the rollout's log-probs are computed without it).
+    lora_dropout: float = setting(0.0, help=(
+        "Dropout on the LoRA input of a new adapter; above 0 the first epoch's probability ratios "
+        "are no longer 1."))
+    lora_targets: list[str] = setting(factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"], help=(
+        "Module names a new adapter wraps (attention and MLP projections of Llama-style models)."))
+    lora_layers: int | None = setting(None, help=(
+        "LoRA on the top N decoder layers only (a cheaper backward). null: every layer."))
+    engine: EngineKind = setting("auto", help=(
+        "The rollout engine, for training, evaluation and the quickstart. auto: static on a GPU "
+        "(where the model's architecture allows), hf on a CPU. hf: generate with the very module "
+        "being trained (no sync). static: the same module, a preallocated KV cache and a compiled "
+        "decode step. vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy that receives the "
+        "merged weights whenever a trained parameter changed."))
+    compile: Literal["auto", "inductor", "graphs", "off"] = setting("auto", help=(
+        "How the static engine compiles its decode step: auto (torch.compile with CUDA graphs on a "
+        "GPU, eager on a CPU), inductor (torch.compile), graphs (CUDA graphs of the eager step), off."))
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = setting("float32", help=(
+        "Weights of the frozen base model. auto: bfloat16 where the hardware computes it natively "
+        "(a GPU that supports it, a CPU with AMX / AVX512-BF16), else float32. bfloat16 halves "
+        "memory traffic; LoRA adapters, log-probs and values stay float32."))
+    device: str = setting("auto", help=(
+        "Where the policy runs and trains: auto (this rank's CUDA GPU when there is one, else the "
+        "CPU), cpu, cuda or cuda:N."))
+    max_batch_size: int = setting(64, help=(
+        "Rows the rollout engine generates at once (hf: batches of this many; static: its slots); "
+        "the other rows wait."))
 
 
 def engine_for(mcfg: ModelConfig, model, tokenizer, *, max_batch_size: int | None = None):

@@ -12,6 +12,7 @@ the gains separate into SFT and RL parts.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import replace
@@ -30,6 +31,7 @@ from ragrl.retrieval.resolve import cached_bm25_index, make_retriever
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
 from ragrl.train.recipe import load_train_config, sft_warm_start
+from ragrl.train.progress import sft_progress
 from ragrl.train.run_dir import read_metrics
 from ragrl.train.setup import make_train_engine
 from ragrl.train.trackers import report_files
@@ -37,7 +39,10 @@ from ragrl.train.trainer import Trainer
 from ragrl.yaml_config import parse_overrides
 
 log = logging.getLogger("ragrl.quickstart.agent_job")
-RL_STEP_CAP = 1000   # never reached in 27 minutes: the time bound ends RL
+# RL's fixed step count: the headline run of docs/results/search_agents.md trained 19 GRPO steps
+# (lr constant, so its first 19 steps are this job's). A fixed count, not the time left, so the same
+# seed gives the same table on any machine; --minutes is a safety bound that says so when it cuts.
+AGENT_RL_STEPS = 19
 console = Console()
 
 
@@ -84,14 +89,13 @@ def keep_previous_run(out: Path) -> Path | None:
     return dest
 
 
-def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minutes: float | None, cap: int | None):
-    """The job's tiny recipe writing its RL run to out/rl, after moving an earlier run aside.
-    Time-bounded (minutes set and no `steps=` override): RL runs until the time the other stages
-    leave is used up or `cap` steps (None: the recipe's own `steps`), whichever comes first."""
+def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, steps: int | None = None):
+    """The job's tiny recipe writing its RL run to out/rl, after moving an earlier run aside; `steps`
+    (None: the recipe's own) is RL's fixed step count unless a `steps=` override names another."""
 
     cfg = load_train_config(recipe, [f"out_dir={out / 'rl'}", *(overrides or [])], variant="tiny")
-    if minutes is not None and cap is not None and "steps" not in parse_overrides(overrides):
-        cfg.steps = cap
+    if steps is not None and "steps" not in parse_overrides(overrides):
+        cfg.steps = steps
     # A bad override fails here: before the earlier run is moved aside and before the index, the
     # model, the baseline evaluation and SFT (the Trainer checks again, too late for those).
     check_combinations(cfg)
@@ -99,14 +103,26 @@ def fresh_run_config(recipe: str, out: Path, overrides: list[str] | None, minute
     return cfg
 
 
+def say_if_cut(trainer: Trainer, steps_done: int) -> str | None:
+    """A loud line when the safety time bound cut RL short of its fixed steps (None when it did not)."""
+    if trainer.cut_by_time_bound is None:
+        return None
+    line = (f"WARNING: the --minutes safety bound cut RL after {steps_done} of {trainer.cfg.steps} steps: the "
+            f"figures below are NOT the job's fixed-step result and differ from another machine's. Re-run with "
+            f"a larger --minutes (or 0: no bound) for the fixed-step table.")
+    console.print(f"[bold red]{line}[/]")
+    return line
+
+
 def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None = None,
-                   minutes: float | None = 27.0) -> dict:
-    """The main job. `minutes` bounds the whole run: RL takes the time the other stages leave,
-    so a faster machine trains longer (a `steps=` override caps it). None: exactly `steps`."""
+                   minutes: float | None = 60.0) -> dict:
+    """The agent job: AGENT_RL_STEPS of RL (a `steps=` override names another count). `minutes` is a
+    safety bound on the whole job (None: none): RL starts no step past what the other stages leave,
+    and a run it cuts says so loudly, in the console and in before_after.md."""
 
     t_start = time.perf_counter()
     out = Path(out_dir)
-    cfg = fresh_run_config("search_r1_grpo", out, overrides, minutes, RL_STEP_CAP)
+    cfg = fresh_run_config("search_r1_grpo", out, overrides, AGENT_RL_STEPS)
     console.rule("[bold]ragrl quickstart")
     console.print("1/6 BM25 index of the bundled corpus")
     retriever = make_retriever(str(cached_bm25_index(cfg.data.corpus)))
@@ -121,11 +137,8 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
 
     console.print(f"3/6 SFT warm start ({cfg.sft.steps} steps on synthesised search episodes, train split)")
 
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("SFT", total=cfg.sft.steps)
-        sft = sft_warm_start(cfg, model, tok, retriever, out / "sft",
-                             progress=lambda step, total, loss: bar.update(task, completed=step,
-                                                                           description=f"SFT loss {loss:.3f}"))
+    with sft_progress(cfg.sft.steps) as progress:   # a bar, or plain lines off a terminal
+        sft = sft_warm_start(cfg, model, tok, retriever, out / "sft", progress=progress)
     console.print(f"    SFT loss {sft.losses[0]:.3f} -> {sft.losses[-1]:.3f} in {sft.seconds:.0f} s")
     console.print("4/6 evaluation of the SFT-only agent")
     after_sft = _eval("sft", engine, retriever, samples, cfg, ["agent"], out)
@@ -135,16 +148,12 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
         # Leave time for the final evaluation (as long as the SFT-only one took) and the report.
         sft_eval_s = after_sft[cfg.agent]["wall_time_s"]
         budget = max(60.0, minutes * 60 - (time.perf_counter() - t_start) - 1.2 * sft_eval_s - 30)
-    if budget and cfg.steps == RL_STEP_CAP:
-        length = f"for {budget / 60:.1f} min"
-    elif budget:
-        length = f"up to {cfg.steps} steps or {budget / 60:.1f} min"
-    else:
-        length = f"{cfg.steps} steps"
-    console.print(f"5/6 RL: {cfg.name} (tiny), {length}")
+    console.print(f"5/6 RL: {cfg.name} (tiny), {cfg.steps} steps"
+                  + (f" (safety bound {budget / 60:.1f} min)" if budget else ""))
     trainer = Trainer(cfg, retriever=retriever, model_bundle=(model, tok, None))
     rl_rows = trainer.train(resume=False, time_budget_s=budget)
     console.print(f"    {len(rl_rows)} RL steps ({len(rl_rows) * cfg.questions_per_step * cfg.rollout.n} trajectories)")
+    cut = say_if_cut(trainer, len(rl_rows))
     console.print("6/6 evaluation of the trained agent")
     after_rl = _eval("rl", engine, retriever, samples, cfg, ["agent"], out)
 
@@ -153,6 +162,11 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
     # The gain from RL alone is the paired difference of the trained agent and the SFT-only one.
     data = compare_report(out / "before_after", rows, baseline_label="naive_rag",
                           pairs=[("agent (SFT + RL)", "agent (SFT)")])
+    data["rl_steps"] = {"fixed": cfg.steps, "trained": len(rl_rows), "cut_by_time_bound": cut is not None}
+    (out / "before_after.json").write_text(json.dumps(data, indent=1))
+    if cut:
+        md = out / "before_after.md"
+        md.write_text(f"**{cut}**\n\n" + md.read_text())
     line_plot(read_metrics(out / "rl"), ["reward_mean", "f1", "em", "searches", "format_error_rate"],
               out / "training_curves.png")
     report_files(out / "rl", cfg.report_to, [out / f for f in ("before_after.md", "before_after.json", "training_curves.png")])

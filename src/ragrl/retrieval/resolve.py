@@ -9,7 +9,7 @@ from ragrl.errors import RagrlError
 from ragrl.paths import DEMO_CORPUS, KIT_PREFIX, ragrl_home, resolve_kit
 from ragrl.retrieval.base import Retriever
 from ragrl.retrieval.client import RetrievalClient
-from ragrl.retrieval.index import cached_index, load_index
+from ragrl.retrieval.index import cached_index, load_index, read_manifest
 from ragrl.retrieval.inprocess import InProcessRetriever
 from ragrl.retrieval.settings import ServerSettings
 
@@ -41,6 +41,18 @@ def cached_bm25_index(corpus: str | None) -> Path:
     path = resolve_kit(corpus) if corpus else DEMO_CORPUS
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     return cached_index(path, ragrl_home() / "indexes" / f"bm25-{digest}", "bm25", progress=False)
+
+
+def corpus_of(index: str | None, corpus: str | None) -> Path:
+    """The corpus file whose passages a run searches (by id): `corpus` (a path or `kit:` path), else
+    the copy inside the local index folder `index`, else the bundled demo corpus, as `retriever_for`
+    picks them. A retrieval server's corpus cannot be read: the demo corpus then."""
+    if corpus:
+        return resolve_kit(corpus)
+    if index and "://" not in index:
+        folder = resolve_kit(index)
+        return folder / read_manifest(folder)["corpus_file"]
+    return DEMO_CORPUS
 
 
 def retriever_for(index: str | None, corpus: str | None, *, wait_s: float | None = None) -> Retriever:

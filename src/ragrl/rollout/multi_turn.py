@@ -33,45 +33,63 @@ from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.protocol import Action, TextProtocol
 from ragrl.rollout.snippets import snippet, truncate_words
 from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.yaml_config import setting
 
 
 @dataclass
 class RolloutConfig:
     """Budgets and sampling for episodes (every limit is per trajectory)."""
 
-    max_turns: int = 4                 # policy turns, answer turn included
-    max_turn_tokens: int = 128         # new tokens per policy turn
-    max_response_tokens: int = 768     # actions + observations after the prompt
-    max_obs_tokens: int = 192          # one observation, tags included
-    passage_words: int = 40            # each passage cut to this many words before the token budget
-    max_queries_per_call: int = 3      # queries honoured from one search action
-    max_searches: int | None = None    # retrieval quota per episode (SmartRAG): a search past it is a format error
-    topk: int = 3
-    temperature: float = 1.0
-    top_p: float = 1.0
-    n: int = 1                         # samples per question (GRPO/RLOO groups)
-    # The pipeline runner (MMOA-RAG) only: selections sampled per pipeline, each answered; they share
-    # a group, so a group baseline compares selections of the same candidates. Evaluation uses 1.
-    selector_samples: int = 1
-    # The pipeline runner only: answers sampled per selection (one prompt, one group). Evaluation uses 1.
-    generator_samples: int = 1
-    # The pipeline runner only: agents that decode greedily in training rollouts whatever the
-    # temperature, e.g. frozen ones, so their sampling noise does not reach the trained agents'
-    # rewards (a frozen selector sampled at 0.7 keeps a gold first document far less often than
-    # greedily). Evaluation decodes every agent alike.
-    greedy_agents: list[str] = field(default_factory=list)
-    seed: int = 0
-    # Wall-time bounds (seconds; None: none). An episode still running past max_episode_s from its
-    # start, or when the whole rollout call has run max_rollout_s, ends as truncated (stop_reason
-    # "timeout"); the engine cuts a turn at the bound, so one slow row does not hold the others.
-    max_episode_s: float | None = None
-    max_rollout_s: float | None = None
-    # With an engine that runs whole episodes (model.engine static): an episode's next turn starts
-    # in its slot as soon as its own turn and retrieval are done (False: every episode's turn t
-    # waits for the whole batch's turn t, then all retrieve in one call). Greedy episodes are the
-    # same either way; sampled ones draw from other seeds (a turn's seed is per episode, not per
-    # position in the batch of still-active episodes).
-    turns_in_slot: bool = True
+    max_turns: int = setting(4, help="Policy turns per episode, the answer turn included.")
+    max_turn_tokens: int = setting(128, help="New tokens the policy may generate in one turn.")
+    max_response_tokens: int = setting(768, help=(
+        "Tokens of an episode after its prompt (actions and observations together); a turn's budget "
+        "is cut to what is left."))
+    max_obs_tokens: int = setting(192, help=(
+        "Tokens of one observation, tags included (passages are shortened to fit, never the tags)."))
+    passage_words: int = setting(40, help=(
+        "Each retrieved passage is cut to this many words before the observation's token budget."))
+    max_queries_per_call: int = setting(3, help=(
+        "Queries honoured from one search action (a protocol that sends several at once); the rest "
+        "are dropped."))
+    max_searches: int | None = setting(None, help=(
+        "Retrieval quota per episode (SmartRAG): a search past it is a format error. null: no quota."))
+    topk: int = setting(3, help="Passages retrieved per query.")
+    temperature: float = setting(1.0, help=(
+        "Sampling temperature of the policy's training rollouts (evaluation decodes greedily). 0: greedy."))
+    top_p: float = setting(1.0, help="Nucleus sampling: tokens outside the top-p mass are never drawn. 1: off.")
+    n: int = setting(1, help=(
+        "Samples per question in training: a question's group for the group estimators (grpo, "
+        "rloo, ...), which need n >= 2. Evaluation uses 1."))
+    selector_samples: int = setting(1, help=(
+        "Pipeline runner (MMOA-RAG) only: selections sampled per pipeline, each answered; they "
+        "share a group, so a group baseline compares selections of the same candidates. Evaluation "
+        "uses 1."))
+    generator_samples: int = setting(1, help=(
+        "Pipeline runner only: answers sampled per selection (one prompt, one group). Evaluation "
+        "uses 1."))
+    # A frozen selector sampled at 0.7 keeps a gold first document far less often than greedily.
+    greedy_agents: list[str] = setting(factory=list, help=(
+        "Pipeline runner only: agents that decode greedily in training rollouts whatever the "
+        "temperature, e.g. frozen ones, so their sampling noise does not reach the trained agents' "
+        "rewards. Evaluation decodes every agent alike."))
+    seed: int = setting(0, help=(
+        "Base seed of the rollout's sampling (each turn's seed derives from it). Training replaces "
+        "it every step with one derived from the run's seed, the step and the rank; evaluation with "
+        "its own seed."))
+    # The engine cuts a turn at the bound, so one slow row does not hold the others.
+    max_episode_s: float | None = setting(None, help=(
+        "Wall-time bound of one episode in seconds from its start: past it the episode ends as "
+        "truncated (stop_reason timeout; scored per guard.timeout_reward). Training only. null: none."))
+    max_rollout_s: float | None = setting(None, help=(
+        "Wall-time bound of a whole rollout call in seconds: episodes still running then end as "
+        "truncated (stop_reason timeout). Training only. null: none."))
+    # Greedy episodes are the same either way; sampled ones draw from other seeds (a turn's seed is
+    # per episode, not per position in the batch of still-active episodes).
+    turns_in_slot: bool = setting(True, help=(
+        "With an engine that runs whole episodes (static): an episode's next turn starts in its slot "
+        "as soon as its own turn and retrieval are done. false: every episode's turn t waits for the "
+        "whole batch's turn t, then all retrieve in one call."))
 
 
 # Rollout settings that only shape training batches or how episodes are scheduled, with the value

@@ -12,9 +12,11 @@ from ragrl.engines.registry import require_engine
 from ragrl.errors import ConfigError
 from ragrl.methods.base import METHODS, method_for
 from ragrl.models.lm_weights import resolve_policy
-from ragrl.paths import resolve_kit
+from ragrl.kit import verify_kit
+from ragrl.paths import KIT_PREFIX, resolve_kit
 from ragrl.policy.lm_model import resolve_device
-from ragrl.retrieval.corpus import file_sha256
+from ragrl.retrieval.corpus import file_sha256, load_corpus
+from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.registry import make_reward
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
@@ -194,9 +196,17 @@ def check_everything(cfg: TrainConfig) -> list[str]:
     (without loading model weights or training). Returns what was checked, one line each."""
     check_combinations(cfg)
     done = []
+    kit_files = sorted({v for v in (cfg.data.train, cfg.data.eval, cfg.data.index, cfg.data.corpus, cfg.data.vectors)
+                        if isinstance(v, str) and v.startswith(KIT_PREFIX)})
+    if kit_files:   # the run reads the data kit: every file of it as its manifest says (sha256)
+        kit = verify_kit()
+        done.append(f"data kit: {kit.root} ({kit.origin}), {sum(f.status == 'ok' for f in kit.files)} files "
+                    f"verified; this run reads {', '.join(kit_files)}")
     for key in ("train", "eval"):
         rows = load_questions(getattr(cfg.data, key))
         done.append(f"data.{key}: {len(rows)} questions")
+        if key == "train" and (line := check_warm_start_gold(cfg, rows)):
+            done.append(line)
     done.append(f"model.device: {resolve_device(cfg.model.device)}")
     if cfg.policy == "lm" or cfg.retriever.generator:
         name = cfg.model.name if cfg.policy == "lm" else cfg.retriever.generator
@@ -214,6 +224,30 @@ def check_everything(cfg: TrainConfig) -> list[str]:
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
         done.append(f"reward from step {start}: {make_reward(spec)!r}")
     return done
+
+
+def check_warm_start_gold(cfg: TrainConfig, rows: list[dict]) -> str | None:
+    """The core's SFT warm start (sft.builder gold_search) builds its episodes from the training
+    questions' gold_passage_ids, looked up in the corpus the run searches: a file without them fails
+    only once the model has loaded, and ids the corpus lacks warm-start on no gold passage at all."""
+    if cfg.policy != "lm" or cfg.sft.steps <= 0 or cfg.model.init_adapter or cfg.sft.builder != "gold_search":
+        return None
+    gold = {pid for r in rows for pid in r.get("gold_passage_ids") or []}
+    if not gold:
+        raise ConfigError(f"sft.steps={cfg.sft.steps}: the SFT warm start needs training questions with "
+                          f"gold_passage_ids, and {cfg.data.train} has none: add them, or --set sft.steps=0 "
+                          "to start RL from the base model")
+    path = corpus_of(cfg.data.index, cfg.data.corpus)
+    corpus = load_corpus(path)
+    found = sum(isinstance(pid, str) and corpus.row(pid) is not None for pid in gold)
+    if not found:
+        raise ConfigError(f"sft.steps={cfg.sft.steps}: none of the {len(gold)} gold_passage_ids of "
+                          f"{cfg.data.train} is a passage id of {path} (the corpus the run searches, e.g. "
+                          f"{sorted(map(str, gold))[0]!r}); point data.index or data.corpus at their corpus, "
+                          "or --set sft.steps=0")
+    with_gold = sum(bool(r.get("gold_passage_ids")) for r in rows)
+    return (f"SFT warm start: {with_gold} training questions with gold passages "
+            f"({found} of {len(gold)} ids in {path.name})")
 
 
 def check_agents(cfg: TrainConfig) -> None:

@@ -1,10 +1,12 @@
 """Typed training configuration. Recipes in `ragrl/recipes/*.yaml` fill these dataclasses.
 
-Every run writes the fully resolved config to `<run_dir>/config.yaml`.
+Every run writes the fully resolved config to `<run_dir>/config.yaml`. Each field's help (its
+`setting(help=...)`) is what `ragrl train RECIPE --explain [KEY]` prints and what the settings
+tables of docs/recipes.md are generated from (scripts/settings_docs.py): write it for users.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from ragrl.algos.kl import KL_CONTROLLERS, KL_KINDS
@@ -14,7 +16,7 @@ from ragrl.methods.base import setups, sft_builders
 from ragrl.policy.model_config import ModelConfig
 from ragrl.rollout.multi_turn import RolloutConfig
 from ragrl.rollout.protocol import PROTOCOLS, default_text_protocol
-from ragrl.yaml_config import Choice
+from ragrl.yaml_config import Choice, setting
 
 # Enumerations read from the registries when a recipe loads (one source of truth): the core's own
 # entries and whatever the method records add.
@@ -29,41 +31,97 @@ PolicyKind = Annotated[str, Choice(lambda: ["lm", *setups()])]                  
 
 @dataclass
 class DataConfig:
-    train: str = "demo-train"             # question file (train split only)
-    eval: str = "demo-eval"               # held-out questions for periodic evaluation
-    index: str | None = None              # index dir or http:// URL; None: BM25 over `corpus`
-    # What is indexed when `index` is null (None: the bundled demo corpus; `kit:…` a data-kit file),
-    # and where SFT warm starts read gold passages (then it must be the index's corpus: checked).
-    corpus: str | None = None
-    # Precomputed passage vectors of `corpus` (.npy): with no `index`, a dense index over them is
-    # built once and cached in $RAGRL_HOME (checked against the corpus and the encoder).
-    vectors: str | None = None
-    eval_n: int = 100
+    """Where the questions and the passages come from."""
+
+    train: str = setting("demo-train", help=(
+        "Training questions: a bundled split (demo-train, pool-train, smartrag-train, multihop-train), "
+        "`kit:<path>` for a file of the data kit, or a path to a JSON Lines (.gz), parquet or saved "
+        "`datasets` file of id / question / answers rows. A training split only: never test questions."))
+    eval: str = setting("demo-eval", help=(
+        "Held-out questions for the periodic evaluations (eval_every, eval_start, keep_best), named as "
+        "data.train is; keep it apart from the training questions."))
+    index: str | None = setting(None, help=(
+        "The index the policy searches: an index folder (`ragrl index`), `kit:<path>`, or an http:// "
+        "URL of `ragrl serve`. null: built in process over data.corpus and cached (BM25; for a "
+        "retriever policy a dense index over data.vectors)."))
+    corpus: str | None = setting(None, help=(
+        "The passages (JSON Lines) indexed when data.index is null, and where SFT warm starts read gold "
+        "passages (then it must be the index's corpus: checked). null: the bundled demo corpus; "
+        "`kit:<path>`: a data-kit file."))
+    vectors: str | None = setting(None, help=(
+        "Precomputed passage vectors of data.corpus (.npy): with no data.index, a dense index over them "
+        "is built once and cached in $RAGRL_HOME (checked against the corpus and the encoder). null: none."))
+    eval_n: int = setting(100, help="Questions of data.eval each evaluation uses (the file's first N).")
 
 
 @dataclass
 class AlgoConfig:
-    estimator: Estimator = "grpo"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float | None = None
-    loss_agg: LossAggregation = "token_mean"
-    kl_coef: float = 0.0
-    kl_kind: KLKind = "k3"
-    kl_in_reward: bool = False            # PPO style (reward) or GRPO style (loss)
-    kl_target: float | None = None        # set for an adaptive coefficient
-    kl_horizon: int = 10000
-    kl_controller: KLController = "ziegler"   # how kl_target adapts the coefficient
-    gamma: float = 1.0
-    lam: float = 1.0
-    entropy_coef: float = 0.0
+    """The RL update: advantage estimator, clipped policy loss, KL, critic and batching."""
+
+    estimator: Estimator = setting("grpo", help=(
+        "Advantage estimator. grpo: each sample's reward normalised within its question's group of "
+        "rollout.n (dr_grpo: centred only, no std); rloo: leave-one-out baseline; reinforce_pp: "
+        "REINFORCE++ (discounted token rewards, whitened over the batch; reinforce_pp_baseline: "
+        "group-centred first); gae: PPO's GAE with a critic (value head); gae_baseline: GAE on group-centred rewards. "
+        "Group estimators need rollout.n >= 2."))
+    clip_low: float = setting(0.2, help=(
+        "PPO clip below: the probability ratio is clipped at 1 - clip_low."))
+    clip_high: float = setting(0.28, help=(
+        "PPO clip above: the ratio is clipped at 1 + clip_high (DAPO's clip-higher when above clip_low)."))
+    dual_clip: float | None = setting(None, help=(
+        "Dual-clip bound c > 1: where the advantage is negative, the loss is capped at -A * c. "
+        "null: no dual clip."))
+    loss_agg: LossAggregation = setting("token_mean", help=(
+        "How per-token losses (policy, KL, entropy, value) reduce to one number. token_mean: over all "
+        "action tokens (long responses weigh more; DAPO / Dr. GRPO); seq_mean_token_sum: mean over "
+        "sequences of each one's token sum; seq_mean_token_mean: mean over sequences of each one's "
+        "token mean (original GRPO)."))
+    kl_coef: float = setting(0.0, help=(
+        "Weight of the KL penalty to the reference policy (the starting policy: the base model, or "
+        "the SFT / init adapter it starts from). 0: no KL and no reference forward pass."))
+    kl_kind: KLKind = setting("k3", help=(
+        "KL estimator per sampled token, with x = logp - ref_logp: k1 = x; abs = |x|; k2 = x^2 / 2; "
+        "k3 = exp(-x) - 1 + x; low_var_kl = k3 with x and the result clamped (stable as a loss)."))
+    kl_in_reward: bool = setting(False, help=(
+        "true: the KL penalty is subtracted from the token rewards (PPO-RLHF style; token-level "
+        "estimators only: gae, gae_baseline, reinforce_pp, reinforce_pp_baseline); false: it is a "
+        "term of the loss (GRPO style)."))
+    kl_target: float | None = setting(None, help=(
+        "Target KL for an adaptive coefficient: kl_coef is then its starting value, raised when the "
+        "measured KL is above the target and lowered below it (see kl_controller). null: kl_coef "
+        "stays fixed."))
+    kl_horizon: int = setting(10000, help=(
+        "Ziegler controller only: samples over which the coefficient moves by at most 20% "
+        "(value *= 1 + clip(KL / target - 1, -0.2, 0.2) * samples / horizon)."))
+    kl_controller: KLController = setting("ziegler", help=(
+        "How kl_target adapts the coefficient. ziegler: Ziegler et al. 2019, scaled by the samples "
+        "of each update over kl_horizon; rl4lms: RL4LMs' (SmartRAG's), at most 2% per update."))
+    gamma: float = setting(1.0, help=(
+        "Discount between action tokens for the token-level estimators (gae, gae_baseline, "
+        "reinforce_pp, reinforce_pp_baseline); observation tokens are skipped. 1: no discount."))
+    lam: float = setting(1.0, help=(
+        "GAE's lambda (gae, gae_baseline): 1 gives Monte-Carlo returns minus the value, 0 one-step "
+        "TD errors."))
+    entropy_coef: float = setting(0.0, help=(
+        "Weight of an entropy bonus on the action tokens (subtracted from the loss). 0: off, and "
+        "the entropy is not computed."))
     # The critic's loss (estimators with a critic, gae and gae_baseline, only: the others have
-    # none, so setting these with them is refused rather than ignored). None: 0.5 and 0.2.
-    value_coef: float | None = None
-    value_clip: float | None = None
-    ppo_epochs: int = 1
-    minibatch_size: int = 8               # trajectories per optimizer step
-    micro_batch_size: int = 4             # trajectories per forward/backward (gradient accumulation)
+    # none, so setting these with them is refused rather than ignored).
+    value_coef: float | None = setting(None, help=(
+        "Weight of the critic's (value head's) loss; only for estimators with a critic (gae, "
+        "gae_baseline): set with another it is refused. null: 0.5."))
+    value_clip: float | None = setting(None, help=(
+        "Clip range of the value loss (new values kept within this of the rollout's values); only "
+        "for gae and gae_baseline. null: 0.2."))
+    ppo_epochs: int = setting(1, help=(
+        "Passes over each step's trajectories in the update (each pass reshuffles them into "
+        "minibatches)."))
+    minibatch_size: int = setting(8, help=(
+        "Trajectories per optimizer step, counted over all ranks (a step's batch of "
+        "questions_per_step * rollout.n gives batch / minibatch_size optimizer steps per epoch)."))
+    micro_batch_size: int = setting(4, help=(
+        "Trajectories per forward/backward pass (gradient accumulation up to minibatch_size): a "
+        "memory knob that leaves the update unchanged."))
 
     @property
     def has_critic(self) -> bool:
@@ -79,53 +137,75 @@ class AlgoConfig:
 
 @dataclass
 class SFTConfig:
-    steps: int = 0                        # 0: no warm start
-    lr: float = 5e-4
-    batch_size: int = 8
-    max_len: int = 768
-    # Share of warm-start episodes that answer without searching (questions drawn at random), so
-    # that RL starts from a policy that does both and can learn *when* to search; 0: always search.
-    direct_frac: float = 0.0
-    # How episodes are built: gold search episodes (+ direct_frac), or SmartRAG's (answer directly
-    # where the base model is right closed-book, else search and answer from the documents).
-    builder: SFTBuilder = "gold_search"
-    # SmartRAG builder: what counts as "already right" closed-book (ragrl.methods.smartrag.sft).
-    known_if: Literal["em", "cover_em"] = "em"
-    max_questions: int | None = None      # train questions used to build episodes (None: all)
+    """The supervised warm start that fits a LoRA adapter before RL (on synthesised episodes)."""
+
+    steps: int = setting(0, help=(
+        "Optimizer steps of the SFT warm start before RL (its adapter is then RL's start and KL "
+        "reference). 0: no warm start."))
+    lr: float = setting(5e-4, help="Learning rate of the warm start (AdamW, decaying linearly to 0).")
+    batch_size: int = setting(8, help="Episodes per SFT optimizer step.")
+    max_len: int = setting(768, help=(
+        "Longest SFT episode in tokens (prompt included); longer episodes are left out."))
+    # Share of direct episodes: RL then starts from a policy that does both and can learn *when* to search.
+    direct_frac: float = setting(0.0, help=(
+        "gold_search builder: share of warm-start episodes that answer without searching (questions "
+        "drawn at random), so RL starts from a policy that takes both actions. 0: always search."))
+    builder: SFTBuilder = setting("gold_search", help=(
+        "How episodes are built. gold_search: gold passages put into real search results, episodes "
+        "whose answer the observations show (+ direct_frac); smartrag: answer directly where the "
+        "base model is already right closed-book, else search and answer from the documents; mmoa: "
+        "MMOA-RAG's episodes for each of its agents."))
+    known_if: Literal["em", "cover_em"] = setting("em", help=(
+        "smartrag builder: what counts as already right closed-book: exact match (em), or a gold "
+        "answer contained in the reply (cover_em; for small models that answer in sentences)."))
+    max_questions: int | None = setting(None, help=(
+        "smartrag and mmoa builders: training questions drawn (seeded) to build episodes from. "
+        "null: all."))
 
 
 @dataclass
 class RetrieverConfig:
     """The retriever as the policy (HARR; `policy: retriever`). Defaults are HARR's GRPO settings."""
 
-    encoder: str = "all-minilm-l6-v2"    # query encoder: the dense index's encoder, trained on the query side
-    lora: bool = False                    # LoRA on the encoder (HARR), else full fine-tuning
-    lora_r: int = 8
-    lora_alpha: int = 16
-    pool: int = 30                        # candidates from faiss per query (M)
-    temperature: float = 0.05             # Plackett–Luce temperature (HARR: 0.05 GRPO, 0.02 PPO)
-    history: bool = True                  # embed "Original Question / History / Query" for follow-up searches
-    instruction: str = ""                 # prefix before the query text (for instruction-tuned encoders)
-    # The frozen generator whose searches the retriever serves; null: one retrieval per question
-    # with the question as the query and no generation (reward from the documents alone).
-    generator: str | None = None
-    generator_adapter: str | None = None  # e.g. a trained search agent's final_adapter
-    generator_temperature: float = 0.0    # 0: greedy, so rewards vary with the documents only
-    # Without a generator: searches per question. Each later hop embeds the question with the
-    # history of what earlier hops found and draws `rollout.topk` passages not found yet;
-    # evaluation then scores all hops' passages (k · hops).
-    hops: int = 1
-    # Without a generator, what a later hop's query carries of each passage earlier hops drew: its
-    # title and first `history_words` words (where the next hop's entity is usually named).
-    history_words: int = 8
-    # Without a generator and with hops > 1: the hops before the last are drawn once per block of
-    # rollout.n / history_branches trajectories of a group and shared by the block (a tree), so a
-    # later hop embeds at most history_branches distinct histories per question instead of
-    # rollout.n (each is re-encoded with gradients in the update). 0: every trajectory draws every hop.
-    history_branches: int = 0
-    # HARR's question filter: before training, keep only questions whose reward varies across a
-    # group of samples from the starting encoder (the kept ids are saved; a resume reuses them).
-    filter_questions: bool = True
+    encoder: str = setting("all-minilm-l6-v2", help=(
+        "Query encoder (a sentence-transformers name or path): the dense index's encoder, trained on "
+        "the query side only (the passage vectors stay the index's)."))
+    lora: bool = setting(False, help="true: LoRA on the encoder (HARR); false: full fine-tuning.")
+    lora_r: int = setting(8, help="LoRA rank of the encoder (with retriever.lora).")
+    lora_alpha: int = setting(16, help="LoRA alpha (scale alpha / r) of the encoder (with retriever.lora).")
+    pool: int = setting(30, help="Candidates fetched from faiss per query (M) that a draw ranks.")
+    temperature: float = setting(0.05, help=(
+        "Plackett-Luce temperature of a draw over the pool's scores (HARR: 0.05 with GRPO, 0.02 "
+        "with PPO)."))
+    history: bool = setting(True, help=(
+        "HARR's history in the text a follow-up search embeds: `Original Question / History / "
+        "Query` for a generator's sub-query, the question and what earlier hops found for a later "
+        "hop without one. false: the query alone at every search (HARR's ablation)."))
+    instruction: str = setting("", help=(
+        "Text put before the query (for instruction-tuned encoders). Empty: none."))
+    generator: str | None = setting(None, help=(
+        "The frozen generator whose searches the retriever serves (a model name or path); its "
+        "answer is rewarded. null: one retrieval per question with the question as the query and no "
+        "generation (reward from the documents alone)."))
+    generator_adapter: str | None = setting(None, help=(
+        "A LoRA adapter for the generator, e.g. a trained search agent's final_adapter. null: none."))
+    generator_temperature: float = setting(0.0, help=(
+        "The generator's sampling temperature. 0: greedy, so rewards vary with the documents only."))
+    hops: int = setting(1, help=(
+        "Without a generator: searches per question. Each later hop embeds the question with the "
+        "history of what earlier hops found and draws rollout.topk passages not found yet; "
+        "evaluation then scores all hops' passages (k * hops)."))
+    history_words: int = setting(8, help=(
+        "Without a generator: what a later hop's query carries of each passage earlier hops drew: "
+        "its title and first N words (where the next hop's entity is usually named)."))
+    history_branches: int = setting(0, help=(
+        "Without a generator and with hops > 1: the hops before the last are drawn once per block of "
+        "rollout.n / history_branches trajectories of a group and shared by the block (a tree), so a "
+        "later hop re-encodes at most this many distinct histories per question instead of "
+        "rollout.n. 0: every trajectory draws every hop."))
+    filter_questions: bool = setting(True, help=(
+        "HARR's question filter: before training, keep only questions whose reward varies across a "
+        "group of samples from the starting encoder (the kept ids are saved; a resume reuses them)."))
 
 
 @dataclass
@@ -133,91 +213,134 @@ class GuardConfig:
     """What the trainer does about the faults that end RL runs (ragrl.train.guards). A collapse rule
     is off at None; one set where it can never act (a KL ceiling with KL off) is refused on load."""
 
-    # Consecutive steps whose every optimizer step was skipped for a non-finite loss or gradient
-    # norm that count as a collapse (rule "nonfinite"). One non-finite update is always skipped,
-    # said in the log and counted in the step's row.
-    nonfinite_steps: int = 3
-    entropy_floor: float | None = None        # sampled-action entropy (nats per action) under this
-    kl_ceiling: float | None = None           # KL to the reference (needs algo.kl_coef > 0) over this
-    format_error_ceiling: float | None = None   # format_error_rate over this (an LM policy only)
-    reward_drop: float | None = None          # mean reward under its mean over the last `window` steps minus this
-    window: int = 10                          # steps of the reward rule's recent level (none before)
-    patience: int = 1                         # steps in a row a rule must hold before it trips
-    max_rollbacks: int = 3                    # rollbacks before the run stops, naming the rule and the step
-    # The remedy applied at each rollback, before training goes on from the restored checkpoint.
-    remedy_lr_factor: float = 0.5             # the learning rate is multiplied by this
-    remedy_skip_questions: bool = True        # the questions of the step that tripped leave the pool
-    # A trajectory ended by rollout.max_episode_s / max_rollout_s: None scores it with the recipe's
-    # reward like any unfinished episode (no answer); a number gives it that reward instead.
-    timeout_reward: float | None = None
-    # A retrieval server (data.index is a URL) that stops answering is waited for, with backoff and
-    # jitter, this many seconds in all; then the run checkpoints its last completed step and exits
-    # with code 75 (EX_TEMPFAIL), naming the URL. The in-process retriever never waits.
-    retrieval_wait_s: float = 120.0
+    nonfinite_steps: int = setting(3, help=(
+        "Consecutive steps whose every optimizer step was skipped for a non-finite loss or gradient "
+        "norm that count as a collapse (rule nonfinite). One non-finite update is always skipped, "
+        "said in the log and counted in the step's row."))
+    entropy_floor: float | None = setting(None, help=(
+        "Collapse rule: sampled-action entropy (nats per action) under this. null: off."))
+    kl_ceiling: float | None = setting(None, help=(
+        "Collapse rule: KL to the reference over this (needs algo.kl_coef > 0). null: off."))
+    format_error_ceiling: float | None = setting(None, help=(
+        "Collapse rule: the step's format-error rate over this (a policy that writes text). null: off."))
+    reward_drop: float | None = setting(None, help=(
+        "Collapse rule: mean reward under its mean over the last guard.window steps minus this. "
+        "null: off."))
+    window: int = setting(10, help=(
+        "Steps whose mean reward is the reward_drop rule's recent level (the rule waits for them)."))
+    patience: int = setting(1, help="Steps in a row a collapse rule must hold before it trips.")
+    max_rollbacks: int = setting(3, help=(
+        "Rollbacks to the newest intact checkpoint before the run stops (exit code 3), naming the "
+        "rule and the step."))
+    remedy_lr_factor: float = setting(0.5, help=(
+        "At each rollback the learning rate is multiplied by this, before training goes on from "
+        "the restored checkpoint."))
+    remedy_skip_questions: bool = setting(True, help=(
+        "At each rollback, the questions of the step that tripped leave the pool."))
+    timeout_reward: float | None = setting(None, help=(
+        "Reward of a trajectory ended by rollout.max_episode_s or max_rollout_s. null: scored with "
+        "the recipe's reward like any unfinished episode (no answer)."))
+    retrieval_wait_s: float = setting(120.0, help=(
+        "Seconds in all a retrieval server (data.index is a URL) that stops answering is waited for, "
+        "with backoff and jitter; then the run checkpoints its last completed step and exits with "
+        "code 75, naming the URL. The in-process retriever never waits."))
 
 
 @dataclass
 class TrainConfig:
-    name: str = "run"
-    # The text protocol the LM speaks (a registered name); default: the one for plain text (Search-R1's).
-    agent: ProtocolName = field(default_factory=default_text_protocol)
-    # What is trained: the LM that acts (lm), or the query encoder of the retriever it calls (retriever).
-    policy: PolicyKind = "lm"
-    out_dir: str = "runs/run"
-    seed: int = 0
-    steps: int = 20
-    questions_per_step: int = 4           # times rollout.n trajectories per step
-    lr: float = 2e-5
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    save_every: int = 5
-    keep_last: int = 2
-    # FSDP2 under several ranks (ragrl.policy.fsdp): each rank stores 1/world of every weight,
-    # gradient and Adam moment. None: on under `accelerate launch --use_fsdp`, off otherwise.
-    shard_params: bool | None = None
-    # ZeRO-1 under several ranks, when parameters are not sharded: each rank keeps Adam's state
-    # for its share of the parameters only; parameters and gradients stay replicated. None: on
-    # under `accelerate launch --use_deepspeed`, off otherwise.
-    shard_optimizer: bool | None = None
-    # The first N steps train the critic (value head) only; the policy starts learning once its
-    # advantages come from a critic that has seen rewards (verl's critic_warmup). A critic at its
-    # zero start makes every advantage the raw reward, so agents whose rewards run higher (an
-    # MMOA selector with selector_gold) reinforce whatever they sampled and the others the reverse.
-    critic_warmup: int = 0
-    eval_every: int = 0                   # 0: only at the end
-    # Write the step's trajectories to run_dir/trajectories/step_N.jsonl every N steps (`ragrl view`).
-    log_trajectories_every: int = 0
-    # With eval_every: keep the policy that scored best on this metric of data.eval (a slice held
-    # apart from the training questions) as run_dir/best_<adapter|encoder> (+ best.json): when to
-    # stop is chosen on held-apart training questions, never on test questions.
-    keep_best: str | None = None          # e.g. "recall" (retriever) or "f1" (agent)
-    # Evaluate the starting policy on data.eval before the first step (`start/<metric>` in step 0's
-    # row): the run's own baseline, decoded as every later evaluation is. With keep_best the start
-    # is a candidate too (best.json step 0), so the kept policy is never below where it began there.
-    eval_start: bool = False
-    # > 0: evaluate, keep as best and export an exponential moving average of the trained weights
-    # (avg = decay * avg + (1 - decay) * weights after every step); rollouts use the online weights.
-    ema_decay: float = 0.0
-    reward: dict = field(default_factory=lambda: {"f1": 1.0})
-    reward_schedule: list = field(default_factory=list)  # [[from_step, spec], ...] overrides `reward`
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(n=4, temperature=1.0))
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    # Agents whose trajectories are rolled out and scored but not trained on (MMOA-RAG ablations,
-    # e.g. [rewriter, selector] trains only the generator). With one shared LoRA adapter this
-    # removes their samples from the update; their prompts still share the adapter.
-    frozen_agents: list[str] = field(default_factory=list)
-    # shared: the agents share one LoRA adapter (the released MMOA-RAG code). per_agent: each agent
-    # gets its own copy of it (ragrl.models.agent_adapters), so a frozen agent's adapter never changes.
-    agent_adapters: Literal["shared", "per_agent"] = "shared"
-    guard: GuardConfig = field(default_factory=GuardConfig)
-    # Where the resolved config, every metric row and the final reports go besides metrics.jsonl (as
-    # TRL's report_to): tensorboard (run_dir/tb), wandb (offline unless WANDB_MODE says otherwise),
-    # mlflow (a local file store under run_dir/mlruns unless MLFLOW_TRACKING_URI is set). A tracker
-    # asked for but not installed is refused at start, naming its extra (ragrl[wandb], ragrl[mlflow]).
-    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])
+    """A training run: what is trained, on what, how, and where it is written."""
+
+    name: str = setting("run", help="Run name, given to the experiment trackers (report_to).")
+    agent: ProtocolName = setting(factory=default_text_protocol, help=(
+        "The text protocol the LM speaks (a registered name): its prompt, action tags and parser. "
+        "Default: the plain-text one (Search-R1's)."))
+    policy: PolicyKind = setting("lm", help=(
+        "What is trained: the LM that acts (lm), or the query encoder of the retriever it calls "
+        "(retriever; see the retriever section)."))
+    out_dir: str = setting("runs/run", help=(
+        "Run directory: config.yaml, metrics.jsonl, checkpoints/, the final adapter or encoder, "
+        "train.log and the trackers' files. --resume continues from it."))
+    seed: int = setting(0, help=(
+        "Seed of the run: weight init, the order of questions, every rollout's sampling (per step "
+        "and rank), minibatch shuffles and the warm start."))
+    steps: int = setting(20, help="RL steps (each: rollouts of questions_per_step questions, then the update).")
+    questions_per_step: int = setting(4, help=(
+        "Questions per RL step over all ranks (a multiple of the number of ranks), each sampled "
+        "rollout.n times."))
+    lr: float = setting(2e-5, help="AdamW's learning rate for the RL updates (peak, after warm-up).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = setting("constant", help=(
+        "Learning rate after warm-up: constant, or decaying to 0 at the last step, linearly or "
+        "along a cosine."))
+    warmup_steps: int = setting(0, help=(
+        "Steps of linear learning-rate warm-up (lr * (step + 1) / warmup_steps). 0: none."))
+    weight_decay: float = setting(0.0, help="AdamW's decoupled weight decay.")
+    max_grad_norm: float = setting(1.0, help=(
+        "Gradients are clipped to this global norm before each optimizer step."))
+    save_every: int = setting(5, help="Checkpoint every N steps (and at the last step).")
+    keep_last: int = setting(2, help="Intact checkpoints kept; older ones are deleted.")
+    shard_params: bool | None = setting(None, help=(
+        "FSDP2 under several ranks: each rank stores 1/world of every weight, gradient and Adam "
+        "moment. null: on under `accelerate launch --use_fsdp`, off otherwise."))
+    shard_optimizer: bool | None = setting(None, help=(
+        "ZeRO-1 under several ranks, when parameters are not sharded: each rank keeps Adam's state "
+        "for its share of the parameters; parameters and gradients stay replicated. null: on under "
+        "`accelerate launch --use_deepspeed`, off otherwise."))
+    # A critic at its zero start makes every advantage the raw reward, so agents whose rewards run
+    # higher (an MMOA selector with selector_gold) reinforce whatever they sampled and the others the reverse.
+    critic_warmup: int = setting(0, help=(
+        "The first N steps train the critic (value head) only; the policy starts learning once its "
+        "advantages come from a critic that has seen rewards (verl's critic_warmup). Estimators "
+        "with a critic only; 0: none."))
+    eval_every: int = setting(0, help=(
+        "Evaluate greedily on data.eval (its first data.eval_n questions) every N steps, logged as "
+        "eval/<metric>. 0: no evaluation during training (`ragrl eval --run RUN` evaluates a run after)."))
+    log_trajectories_every: int = setting(0, help=(
+        "Write the step's trajectories to run_dir/trajectories/step_N.jsonl every N steps (for "
+        "`ragrl view`). 0: never."))
+    # When to stop is chosen on held-apart training questions, never on test questions.
+    keep_best: str | None = setting(None, help=(
+        "With eval_every: keep the policy that scored best on this metric of data.eval (e.g. recall "
+        "for a retriever, f1 for an agent) as run_dir/best_<adapter|encoder> (+ best.json). "
+        "null: keep only the final policy."))
+    eval_start: bool = setting(False, help=(
+        "With eval_every: evaluate the starting policy on data.eval before the first step "
+        "(start/<metric> in step 0's row), the run's own baseline; with keep_best the start is a "
+        "candidate too, so the kept policy is never below where it began."))
+    ema_decay: float = setting(0.0, help=(
+        "> 0: evaluate, keep as best and export an exponential moving average of the trained weights "
+        "(avg = decay * avg + (1 - decay) * weights after every step); rollouts use the online "
+        "weights. 0: off."))
+    reward: dict = setting(factory=lambda: {"f1": 1.0}, help=(
+        "The reward: registered reward names mapped to a weight, or to {weight: W, <option>: ...} "
+        "(e.g. {f1: 1.0, format: 0.2}); the weighted sum scores each trajectory. A child recipe's "
+        "terms merge into its base's."))
+    reward_schedule: list = setting(factory=list, help=(
+        "[[from_step, spec], ...], the first from step 0: from each step on, that reward spec "
+        "replaces `reward` (a curriculum). Empty: `reward` throughout."))
+    model: ModelConfig = setting(factory=ModelConfig, help=(
+        "The LM: which model, its LoRA adapter, dtype and device, and the rollout engine."))
+    data: DataConfig = setting(factory=DataConfig, help="Where the questions and the passages come from.")
+    algo: AlgoConfig = setting(factory=AlgoConfig, help=(
+        "The RL update: advantage estimator, clipped policy loss, KL, critic and batching."))
+    rollout: RolloutConfig = setting(factory=lambda: RolloutConfig(n=4, temperature=1.0), help=(
+        "Episodes: turn and token budgets, retrieval depth, sampling and wall-time bounds."))
+    sft: SFTConfig = setting(factory=SFTConfig, help=(
+        "The supervised warm start that fits a LoRA adapter before RL."))
+    retriever: RetrieverConfig = setting(factory=RetrieverConfig, help=(
+        "The retriever as the policy (policy: retriever, HARR): its encoder, draws, hops and "
+        "generator."))
+    frozen_agents: list[str] = setting(factory=list, help=(
+        "Agents (of a multi-agent protocol: MMOA-RAG's rewriter, selector, generator) whose "
+        "trajectories are rolled out and scored but not trained on, e.g. [rewriter, selector] to "
+        "train the generator only. With a shared adapter their prompts still share it."))
+    agent_adapters: Literal["shared", "per_agent"] = setting("shared", help=(
+        "shared: the agents share one LoRA adapter (the released MMOA-RAG code); per_agent: each "
+        "agent gets its own copy of it, so a frozen agent's adapter never changes (hf engine)."))
+    guard: GuardConfig = setting(factory=GuardConfig, help=(
+        "What the trainer does about non-finite updates, collapses, stuck episodes and a retrieval "
+        "server that goes away."))
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = setting(factory=lambda: ["tensorboard"], help=(
+        "Trackers that get the resolved config, every metric row and the final reports besides "
+        "metrics.jsonl: tensorboard (run_dir/tb), wandb (offline unless WANDB_MODE says otherwise), "
+        "mlflow (a file store in run_dir/mlruns unless MLFLOW_TRACKING_URI is set). One not installed "
+        "is refused at start, naming its extra. []: none."))

@@ -9,6 +9,7 @@ warm start.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from importlib import resources
@@ -20,15 +21,16 @@ from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.methods.base import METHODS, sft_builders
 from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_trajectory
-from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.policy.lm_model import build_policy, freeze_reference
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import load_corpus
+from ragrl.retrieval.resolve import corpus_of
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
 from ragrl.train.distributed import close_distributed, dist_info
-from ragrl.train.run_dir import record_stage
+from ragrl.train.progress import sft_progress
+from ragrl.train.run_dir import prepare_run_dir, record_stage, setup_file_logging
 from ragrl.train.setup import default_retriever
 from ragrl.train.sft import run_sft
 from ragrl.train.trainer import Trainer
@@ -108,13 +110,14 @@ def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
     frac = cfg.sft.direct_frac
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
-    corpus = load_corpus(resolve_kit(cfg.data.corpus) if cfg.data.corpus else DEMO_CORPUS)
+    corpus = load_corpus(corpus_of(cfg.data.index, cfg.data.corpus))
     passages = {corpus.ids[i]: Hit(corpus.ids[i], corpus.titles[i], corpus.texts[i], 0.0) for i in range(len(corpus))}
     protocol = get_protocol(cfg.agent)
     rng = random.Random(cfg.seed)
     samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
     if not samples:
-        raise ConfigError(f"SFT needs training questions with gold_passage_ids; {cfg.data.train} has none")
+        raise ConfigError(f"SFT needs training questions with gold_passage_ids; {cfg.data.train} has none "
+                          "(add them, or --set sft.steps=0 to start RL from the base model)")
     trajs = [synth_trajectory(tok, protocol, s, retriever, passages, cfg.rollout, rng) for s in samples]
     # Teach copying, not guessing: keep episodes whose answer is visible in what was retrieved.
     kept = [t for t in trajs if answer_visible(t)]
@@ -127,6 +130,13 @@ def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
     return trajs
 
 
+def launch_rank() -> int:
+    """This process's rank: the process group's once joined (the Trainer joins it), before that the
+    launcher's RANK (torchrun, accelerate launch), so that only rank 0 reports the SFT warm start."""
+    rank, world = dist_info()
+    return rank if world > 1 else int(os.environ.get("RANK", "0") or 0)
+
+
 def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float | None = None) -> Path:
     """SFT warm start (if cfg.sft.steps and no init adapter), then RL; returns the run dir.
 
@@ -134,6 +144,13 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
     say, without guessing a step count; the SFT stage before them is not counted."""
     check_combinations(cfg)   # a bad setting fails now, not after the SFT warm start
     run_dir = Path(cfg.out_dir)
+    rank = launch_rank()
+    # The run dir and its train.log from the start, not from the RL stage's (Trainer.train does both
+    # again, idempotently): a dir that already has checkpoints is refused before the SFT, and the
+    # SFT's log lines land in train.log as it works.
+    prepare_run_dir(run_dir, resume=resume)
+    if rank == 0:
+        setup_file_logging(run_dir)
     retriever = None   # the setup builds what its policy needs (a retriever policy samples its own)
     sft_adapter = run_dir / "sft" / "adapter"
     if cfg.sft.steps > 0 and not cfg.model.init_adapter:
@@ -141,9 +158,10 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
             started = time.perf_counter()
             retriever = default_retriever(cfg)
             model, tok, _ = build_policy(cfg.model)
-            sft_warm_start(cfg, model, tok, retriever, run_dir / "sft")
+            with sft_progress(cfg.sft.steps, enabled=rank == 0) as progress:
+                sft_warm_start(cfg, model, tok, retriever, run_dir / "sft", progress=progress)
             del model
-            if dist_info()[0] == 0:
+            if rank == 0:
                 record_stage(run_dir, "sft", time.perf_counter() - started)
         cfg.model.init_adapter = str(sft_adapter)
     started = time.perf_counter()

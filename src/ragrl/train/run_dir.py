@@ -6,7 +6,8 @@
       tb/              the same scalars as TensorBoard events (report_to: tensorboard)
       wandb/, mlruns/  the same as a wandb or MLflow run (report_to; ragrl.train.trackers)
       train.log        the `ragrl` logger's output (setup_file_logging)
-      training.json    each stage's wall time and the machine it ran on (record_stage)
+      training.json    each stage's wall time and the machine it ran on (record_stage), and the step
+                       a wall-time bound cut RL at, if one did (record_time_bound_cut)
       checkpoints/     see ragrl.train.checkpoint
 
 metrics.jsonl is the source of truth: each line is fsynced as it is written, so a `kill -9`
@@ -60,6 +61,21 @@ def record_stage(run_dir: Path, stage: str, seconds: float) -> None:
     data = read_training_record(run_dir) or {"stages": []}
     data["stages"].append({"stage": stage, "seconds": round(float(seconds), 1), "machine": describe_machine(),
                            "date": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    _atomic_write(path, json.dumps(data, indent=1))
+
+
+def record_time_bound_cut(run_dir: Path, step: int, steps: int, bound_s: float) -> None:
+    """Note in training.json that a wall-time bound stopped RL at `step` of the recipe's `steps`
+    (a resume that reaches them clears it), so a report can say its figures are not the fixed-step ones."""
+    path = Path(run_dir) / TRAINING_FILE
+    data = read_training_record(run_dir)
+    if step >= steps and (data is None or "cut_by_time_bound" not in data):
+        return
+    data = data or {"stages": []}
+    if step >= steps:
+        del data["cut_by_time_bound"]
+    else:
+        data["cut_by_time_bound"] = {"step": int(step), "steps": int(steps), "bound_s": round(float(bound_s), 1)}
     _atomic_write(path, json.dumps(data, indent=1))
 
 

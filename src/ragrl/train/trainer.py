@@ -61,6 +61,7 @@ from ragrl.train.run_dir import (
     MetricsLogger,
     prepare_run_dir,
     read_metrics,
+    record_time_bound_cut,
     setup_file_logging,
     write_resolved_config,
 )
@@ -142,6 +143,7 @@ class Trainer:
         self.run_dir = Path(cfg.out_dir)
         self.step = 0
         self.watch = CollapseWatch(cfg.guard)
+        self.cut_by_time_bound: int | None = None   # the step a time budget stopped train() at, if it did
 
     # ---------------------------------------------------------------- public
     def train(self, *, resume: bool = False, progress=True, time_budget_s: float | None = None) -> list[dict]:
@@ -188,7 +190,15 @@ class Trainer:
                 elapsed = time.perf_counter() - t_begin
                 if (time_budget_s is not None and rows
                         and before_steps + elapsed * (len(rows) + 1) / len(rows) > time_budget_s):
-                    log.info("time budget of %.0f s reached at step %d", time_budget_s, self.step)
+                    # A safety, not a schedule: a cut run differs from the recipe's fixed steps (the same
+                    # seed on a faster machine trains further), so it says so where a person looks.
+                    self.cut_by_time_bound = self.step
+                    log.warning("THE WALL-TIME BOUND CUT THIS RUN: %.0f s reached after %d of %d steps. Its "
+                                "figures are not the recipe's fixed-step result; the same seed on another "
+                                "machine trains further. `--resume` continues it to step %d.",
+                                time_budget_s, self.step, cfg.steps, cfg.steps)
+                    if self.rank == 0:
+                        record_time_bound_cut(self.run_dir, self.step, cfg.steps, time_budget_s)
                     with self._outage_checkpoint():
                         if cfg.keep_best and self.step % cfg.eval_every:   # the last step was not evaluated
                             self._evaluate_at_stop(rows[-1], logger)
@@ -205,6 +215,8 @@ class Trainer:
                     row.update({f"start/{k}": v for k, v in start.items()})
                     start = None
                 self._finish_step(row, logger, rows, bar, self.step)
+            if self.rank == 0 and self.cut_by_time_bound is None:   # a resumed run that reached its steps
+                record_time_bound_cut(self.run_dir, self.step, cfg.steps, 0.0)
             # Under FSDP the final adapter is gathered by every rank; rank 0 writes it (and sends its
             # files to the trackers, which close below).
             final_state = full_state_dict(self.model) if self.params_sharded else None

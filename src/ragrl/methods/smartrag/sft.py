@@ -20,10 +20,10 @@ from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import EvalConfig, run_system
 from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_trajectory
-from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.policy.model_config import engine_for
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.corpus import load_corpus
+from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.qa import cover_em, exact_match, normalize_answer
 from ragrl.rollout.multi_turn import RolloutConfig
 from ragrl.rollout.protocol import TextProtocol, get_protocol
@@ -83,7 +83,7 @@ def smartrag_episodes(cfg, model, tok, retriever) -> list[Trajectory]:
     samples = load_questions(cfg.data.train)
     if cfg.sft.max_questions:
         samples = random.Random(cfg.seed).sample(samples, min(cfg.sft.max_questions, len(samples)))
-    corpus = load_corpus(resolve_kit(cfg.data.corpus) if cfg.data.corpus else DEMO_CORPUS)
+    corpus = load_corpus(corpus_of(cfg.data.index, cfg.data.corpus))
     wanted = {pid for s in samples for pid in s.get("gold_passage_ids") or []}
     passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
                 if (i := corpus.row(pid)) is not None}
