@@ -28,7 +28,8 @@ def run(cmd, cwd, env, timeout=900) -> subprocess.CompletedProcess:
 
 
 def without_wall_times(x, out_dir: str):
-    """The report with its wall-time fields dropped and the run's own folder named the same way."""
+    """The report with its wall-time fields dropped and the run's own folder (`out_dir`, as given on
+    the command line) named the same way."""
     if isinstance(x, dict):
         return {k: without_wall_times(v, out_dir) for k, v in x.items() if k not in WALL_TIME_KEYS}
     if isinstance(x, list):
@@ -70,7 +71,7 @@ def test_a_fresh_clone_installs_verifies_its_kit_and_gives_the_same_table_under_
         assert "WALL-TIME BOUND" not in out.stdout + out.stderr
         report = json.loads((clone / "runs" / name / "before_after.json").read_text())
         assert report["settings"]["steps_trained"] == 3 and not report["settings"]["cut_by_time_bound"]
-        reports.append((without_wall_times(report, str(clone / "runs" / name)),
+        reports.append((without_wall_times(report, f"runs/{name}"),
                         metric_rows(clone / "runs" / name / "rl"),
                         (clone / "runs" / name / "before_after.md").read_text().replace(f"runs/{name}", "OUT")))
     (idle, idle_rows, idle_md), (loaded, loaded_rows, loaded_md) = reports
