@@ -39,7 +39,8 @@ def without_wall_times(x, out_dir: str):
 
 def metric_rows(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not (k == "time" or k.startswith("time/") or k == "tokens_per_s")}
+    timed = ("time", "tokens_per_s")   # and time/*, eval/retrieval_wall_s: wall clock, not figures
+    return [{k: v for k, v in r.items() if not (k in timed or k.startswith("time/") or k.endswith("wall_s"))}
             for r in rows]
 
 

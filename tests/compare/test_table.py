@@ -79,3 +79,27 @@ def test_a_run_worse_than_its_start_is_called_so():
     assert table["vs_start"]["y"]["verdict"] == "worse than its start"
     assert table["rows"]["y"]["break_even_cost"] is None          # no `direct` row to measure against
     assert "worse than its start" in markdown(table, {})
+
+
+def test_search_gain_is_averaged_and_paired_against_the_start_by_hand():
+    """search gain per question (answer@shown minus the question's own top N): start [0, -1, 1, None],
+    trained [1, 0, 1, None] (None: a yes/no question, left out) -> start 0.0, trained +66.7 points,
+    paired +66.7 over the 3 questions both score."""
+    run = RunRecord(Path("runs/z"), "z", None, None, "agent", Path("a"), Path("b"), SearchSetting(Path("c"), "s", "bm25", "i"))
+    systems = [System("naive_rag", "baseline"), System("z (start)", "start", run), System("z", "trained", run)]
+    gains = {"naive_rag": [0.0, 0.0, 0.0, None], "z (start)": [0.0, -1.0, 1.0, None], "z": [1.0, 0.0, 1.0, None]}
+    results = {}
+    for name, g in gains.items():
+        trajs = _system_trajs([0.5] * 4, [0] * 4, [1] * 4)
+        for t, x in zip(trajs, g):
+            t.metrics["search_gain"] = x
+        results[name] = {"trajectories": trajs, "wall_s": 1.0}
+    table = build_table(results, systems, train_times={}, costs={})
+    assert table["rows"]["z (start)"]["search_gain"]["mean"] == pytest.approx(0.0)
+    assert table["rows"]["z"]["search_gain"] == pytest.approx({"mean": 200 / 3, "ci_lo": table["rows"]["z"]["search_gain"]["ci_lo"],
+                                                              "ci_hi": 100.0, "n": 3})
+    d = table["vs_start"]["z"]["search_gain"]
+    assert d["n"] == 3 and d["diff"] == pytest.approx(200 / 3) and d["ci_lo"] >= 0.0
+    assert table["vs_baseline"]["z"]["search_gain"]["diff"] == pytest.approx(200 / 3)
+    md = markdown(table, {})
+    assert "search gain" in md and "+66.7 [" in md

@@ -13,6 +13,7 @@ from ragrl.eval.stats import (
     QA_METRICS,
     bootstrap_ci,
     format_p,
+    paired_bootstrap_diff,
     paired_diffs,
     per_question_scores,
     summarize,
@@ -37,10 +38,24 @@ def system_row(trajs: list[Trajectory], wall_s: float, *, n_boot: int = 2000, se
     return {"n": len(trajs), **{k: s[k] for k in QA_METRICS},
             "answer_shown": _ci([x.get("answer_shown") for x in m], 100.0, n_boot, seed),
             "gold_shown": _ci([x.get("gold_shown") for x in m], 100.0, n_boot, seed),
+            # answer@shown minus the question's own top N holding an answer (N: passages shown), in points
+            "search_gain": _ci([x.get("search_gain") for x in m], 100.0, n_boot, seed),
             "searches": _ci([x.get("searches", 0) for x in m], 1.0, n_boot, seed),
             "tokens": _ci([x.get("gen_tokens", 0) for x in m], 1.0, n_boot, seed),
             "seconds_per_q": wall_s / len(trajs), "format_error_rate": s["format_error_rate"],
             "payoff": payoff_summary([x.get("payoff") or [] for x in m])}
+
+
+def paired_search_gain(a: list[Trajectory], b: list[Trajectory], *, n_boot: int = 2000, seed: int = 0) -> dict | None:
+    """System b's search gain minus system a's, paired over the questions where both have one (yes/no
+    questions have none), in percentage points: {diff, ci_lo, ci_hi, p_value, n}; None if none."""
+    ga = {t.sample_id: t.metrics.get("search_gain") for t in a}
+    gb = {t.sample_id: t.metrics.get("search_gain") for t in b}
+    ids = [i for i, v in ga.items() if v is not None and gb.get(i) is not None]
+    if not ids:
+        return None
+    d, lo, hi, p = paired_bootstrap_diff([ga[i] for i in ids], [gb[i] for i in ids], n_boot=n_boot, seed=seed)
+    return {"diff": 100 * d, "ci_lo": 100 * lo, "ci_hi": 100 * hi, "p_value": p, "n": len(ids)}
 
 
 def verdict(diff: dict | None) -> str:
@@ -73,14 +88,21 @@ def build_table(results: dict[str, dict], systems: Sequence, *, train_times: dic
                           "method_metrics": (sys.run.method.eval_metrics(r["trajectories"])
                                              if sys.run and sys.run.method and sys.run.method.eval_metrics else {})}
         scores[sys.name] = per_question_scores(r["trajectories"])
-    vs_baseline = {name: paired_diffs(scores[baseline], scores[name], n_boot=n_boot, seed=seed)
-                   for name in rows if name != baseline and baseline in scores}
+    trajs = {name: results[name]["trajectories"] for name in rows}
+    vs_baseline = {}
+    for name in rows:
+        if name != baseline and baseline in scores:
+            d = paired_diffs(scores[baseline], scores[name], n_boot=n_boot, seed=seed)
+            vs_baseline[name] = d and {**d, "search_gain": paired_search_gain(trajs[baseline], trajs[name],
+                                                                             n_boot=n_boot, seed=seed)}
     vs_start = {}
     for sys in systems:
         start = f"{sys.name} (start)"
         if sys.role == "trained" and start in scores:
             d = paired_diffs(scores[start], scores[sys.name], n_boot=n_boot, seed=seed)
-            vs_start[sys.name] = {**(d or {}), "verdict": verdict(d)}
+            vs_start[sys.name] = {**(d or {}), "verdict": verdict(d),
+                                  "search_gain": paired_search_gain(trajs[start], trajs[sys.name], n_boot=n_boot,
+                                                                    seed=seed)}
     f1_without = rows[no_search]["f1"]["mean"] if no_search in rows else None
     for name, row in rows.items():
         row["break_even_cost"] = (break_even_cost(row["f1"]["mean"], f1_without, row["searches"]["mean"])
@@ -120,25 +142,32 @@ def markdown(table: dict, meta: dict) -> str:
     md = ["# ragrl compare", ""]
     md += [f"- **{k}**: {v}" for k, v in meta.items() if v not in (None, "", [])]
     md += ["", "## Systems", ""]
-    md += _md(["system", "method", "EM", "F1", "cover-EM", "answer@shown", "searches/q", "tokens/q", "s/q", "trained for"],
+    md += _md(["system", "method", "EM", "F1", "cover-EM", "answer@shown", "search gain", "searches/q", "tokens/q",
+               "s/q", "trained for"],
               [[name, r["method"] or "baseline", _cell(r["em"]), _cell(r["f1"]), _cell(r["cover_em"]),
-                _cell(r["answer_shown"]), _cell(r["searches"], ".2f"), _cell(r["tokens"], ".0f"),
-                f"{r['seconds_per_q']:.2f}", _trained(r["trained"])] for name, r in rows.items()])
+                _cell(r["answer_shown"]), _cell(r.get("search_gain")), _cell(r["searches"], ".2f"),
+                _cell(r["tokens"], ".0f"), f"{r['seconds_per_q']:.2f}", _trained(r["trained"])]
+               for name, r in rows.items()])
     md += ["", ("Percent with 95% bootstrap CIs over the questions, greedy decoding. answer@shown: a gold answer is "
-                "in a passage the reader was shown. searches/q: queries sent to the retriever (every agent); tokens/q: "
+                "in a passage the reader was shown. search gain: answer@shown minus the same for the question's own "
+                "top N from the comparison's index, N the distinct passages the reader was shown (0 for a system "
+                "that shows none; yes/no questions left out): above 0, the system's searches find what the question "
+                "alone does not at the same number of passages. searches/q: queries sent to the retriever (every agent); tokens/q: "
                 "tokens generated (every agent); s/q: wall seconds per question on this machine, measured per batch.")]
     reused = [f"{name} ({r['reused']})" for name, r in rows.items() if r.get("reused")]
     if reused:
         md += ["", "Not re-run: " + "; ".join(reused) + "."]
     if table["vs_baseline"]:
         md += ["", f"## Against {table['baseline']} (paired, percentage points)", ""]
-        md += _md(["system", "n", "ΔEM", "ΔF1", "Δcover-EM", "p (ΔF1 ≤ 0)"],
-                  [[name, str(d["n_paired"]), *(_diff(d, k) for k in QA_METRICS), format_p(d["f1"]["p_value"])]
+        md += _md(["system", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "p (ΔF1 ≤ 0)"],
+                  [[name, str(d["n_paired"]), *(_diff(d, k) for k in QA_METRICS),
+                    _diff({"g": d["search_gain"]} if d.get("search_gain") else None, "g"), format_p(d["f1"]["p_value"])]
                    for name, d in table["vs_baseline"].items() if d])
     if table["vs_start"]:
         md += ["", "## Against each run's start (paired, percentage points)", ""]
-        md += _md(["run", "n", "ΔEM", "ΔF1", "Δcover-EM", "verdict"],
-                  [[name, str(d.get("n_paired", 0)), *(_diff(d, k) for k in QA_METRICS), d["verdict"]]
+        md += _md(["run", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "verdict"],
+                  [[name, str(d.get("n_paired", 0)), *(_diff(d, k) for k in QA_METRICS),
+                    _diff({"g": d["search_gain"]} if d.get("search_gain") else None, "g"), d["verdict"]]
                    for name, d in table["vs_start"].items()])
     own = {name: r["method_metrics"] for name, r in rows.items() if r.get("method_metrics")}
     if own:

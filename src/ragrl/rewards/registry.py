@@ -23,7 +23,15 @@ from ragrl.errors import ConfigError
 from ragrl.registry import Registry
 from ragrl.rewards.format import format_reward
 from ragrl.rewards.qa import cover_em_reward, em_reward, f1_reward
-from ragrl.rewards.search import answer_in_docs_reward, gold_recall_reward, retrieval_reward, search_cost_reward
+from ragrl.rewards.search import (
+    answer_in_docs_reward,
+    answer_rank_reward,
+    check_answer_rank,
+    gold_recall_reward,
+    retrieval_reward,
+    search_cost_reward,
+    search_gain_reward,
+)
 from ragrl.rollout.protocol import get_protocol
 
 RewardFn = Callable[..., float]
@@ -38,11 +46,16 @@ REWARDS: Registry[RewardFn] = Registry("reward", {
     "retrieval": retrieval_reward,
     "gold_recall": gold_recall_reward,
     "answer_in_docs": answer_in_docs_reward,
+    "answer_rank": answer_rank_reward,
+    "search_gain": search_gain_reward,
 })
 # The generic rewards that score a generated answer or its format (each method declares its own).
 ANSWER_REWARDS = ("em", "f1", "cover_em", "format")
 # Checks of a reward's option *values* (not only their names), run when a recipe is loaded.
-REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check")
+REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check", {"answer_rank": check_answer_rank})
+# Rewards that read the retrieved passages' own texts (Turn.passage_texts), which the multi-turn and
+# retrieval-only runners record: refused on load for a protocol played by another runner.
+PASSAGE_TEXT_REWARDS = ("answer_rank", "search_gain")
 
 
 @dataclass
@@ -63,6 +76,11 @@ class CombinedReward:
 
     def __call__(self, completion, sample) -> float:
         return sum(term.weight * term(completion, sample) for term in self.terms)
+
+    def needs(self, flag: str) -> bool:
+        """Whether a term's reward function declares `flag` (e.g. needs_question_rank: the trainer
+        must annotate the samples before scoring)."""
+        return any(getattr(REWARDS[t.name], flag, False) for t in self.terms)
 
     def breakdown(self, completion, sample) -> dict[str, float]:
         """Each term's unweighted value, plus the weighted `total` (for logging)."""

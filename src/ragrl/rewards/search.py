@@ -1,5 +1,5 @@
 """Search-behaviour rewards: cost per search, a bonus for searching, gold recall, answer in the
-retrieved documents.
+retrieved documents, and the search's outcome: the answer's rank and the gain over the question.
 
 >>> r = "<think>look</think><search> Jaws director </search><information>Doc 1</information><answer>x</answer>"
 >>> search_count(r)
@@ -9,7 +9,9 @@ retrieved documents.
 """
 from __future__ import annotations
 
-from ragrl.errors import RagrlError
+import math
+
+from ragrl.errors import ConfigError, RagrlError
 from ragrl.rewards.qa import answer_in, golds_of, is_yes_no, protocol_of, response_text
 from ragrl.rollout.protocol import TextProtocol
 from ragrl.rollout.trajectory import Trajectory
@@ -76,3 +78,138 @@ def answer_in_docs_reward(completion, sample) -> float:
     if not golds or is_yes_no(golds):
         return 0.0
     return answer_in([t.observation for t in completion.turns if t.kind == "search"], golds)
+
+
+# ---------------------------------------------------------------- what a search found (issue #53)
+# Rewards on the search's outcome rather than the answer: the signal that teaches agents below 1.5B
+# to search (DeepRetrieval's answer rank, s3's gain beyond RAG). Both read the passages' own texts
+# as the index holds them (Turn.passage_texts), in the order the episode's searches retrieved them.
+
+# (rank bound, reward), bounds rising: the first answer-bearing passage at rank <= bound earns that
+# tier's reward (the tightest bound it meets); a later rank earns 0 (DeepRetrieval's tiers, in [0, 1]).
+ANSWER_RANK_TIERS = ((1, 1.0), (3, 0.7), (6, 0.4), (10, 0.2))
+
+
+def first_answer_rank(texts: list[str], golds: list[str]) -> int | None:
+    """1-based rank of the first text holding a gold answer (whole words, normalised); None if none.
+
+    >>> first_answer_rank(["Jaws is a film.", "Directed by Steven Spielberg."], ["steven spielberg"])
+    2
+    >>> first_answer_rank(["nothing here"], ["Spielberg"]) is None
+    True
+    """
+    for rank, text in enumerate(texts, 1):
+        if answer_in([text], golds):
+            return rank
+    return None
+
+
+def _shown_texts(completion, name: str) -> list[str]:
+    if not isinstance(completion, Trajectory):
+        raise RagrlError(f"{name} needs a Trajectory (text alone does not say which passages were retrieved)")
+    shown = completion.shown_passages()
+    if any(not text for _, text in shown):
+        raise RagrlError(f"{name} reads each retrieved passage's text, and this episode's runner recorded ids "
+                         "only (Turn.passage_texts): use it with the multi-turn or retrieval-only runner")
+    return [text for _, text in shown]
+
+
+def answer_rank_reward(completion, sample, tiers: list | tuple = ANSWER_RANK_TIERS) -> float:
+    """Tiers by the rank of the first passage the episode's searches retrieved that holds a gold
+    answer, over the distinct passages in the order they came (DeepRetrieval's reward, for an agent's
+    searches). 0.0 for no search, no such passage, or a yes/no question (every passage holds a yes).
+
+    >>> from ragrl.rollout.trajectory import Trajectory, Turn
+    >>> found = lambda *texts: Trajectory("q", "Who directed Jaws?", [], [], [], [], 0, turns=[
+    ...     Turn("Jaws", "search", queries=["Jaws"], passage_ids=[[f"p{i}" for i in range(len(texts))]],
+    ...          passage_texts=[list(texts)])])
+    >>> answer_rank_reward(found("Jaws, by Steven Spielberg."), {"answers": ["Steven Spielberg"]})
+    1.0
+    >>> answer_rank_reward(found("a", "b", "Spielberg directed it."), {"answers": ["Spielberg"]})
+    0.7
+    >>> answer_rank_reward(found("a", "b", "c", "d", "Spielberg"), {"answers": ["Spielberg"]}, tiers=[[2, 1.0], [5, 0.5]])
+    0.5
+    >>> answer_rank_reward(found("a", "b"), {"answers": ["Spielberg"]})
+    0.0
+    """
+    golds = golds_of(completion, sample)
+    texts = _shown_texts(completion, "answer_rank")
+    if not golds or is_yes_no(golds):
+        return 0.0
+    rank = first_answer_rank(texts, golds)
+    if rank is None:
+        return 0.0
+    return next((float(value) for bound, value in tiers if rank <= bound), 0.0)   # rising bounds: the tightest met
+
+
+def check_answer_rank(tiers: list | tuple = ANSWER_RANK_TIERS) -> None:
+    """answer_rank's tiers: [[rank bound >= 1, reward], ...], bounds rising, rewards finite.
+
+    >>> check_answer_rank([[3, 1.0], [1, 0.5]])
+    Traceback (most recent call last):
+    ...
+    ragrl.errors.ConfigError: reward 'answer_rank': tiers must be [[rank bound, reward], ...] with rising bounds >= 1, got [[3, 1.0], [1, 0.5]]
+    """
+    ok = isinstance(tiers, (list, tuple)) and len(tiers) > 0
+    bounds = []
+    for tier in tiers if ok else []:
+        if not (isinstance(tier, (list, tuple)) and len(tier) == 2 and isinstance(tier[0], int)
+                and not isinstance(tier[0], bool) and tier[0] >= 1 and isinstance(tier[1], (int, float))
+                and not isinstance(tier[1], bool) and math.isfinite(tier[1])):
+            ok = False
+            break
+        bounds.append(tier[0])
+    if not ok or bounds != sorted(set(bounds)):
+        raise ConfigError(f"reward 'answer_rank': tiers must be [[rank bound, reward], ...] with rising bounds >= 1, "
+                          f"got {tiers!r}")
+
+
+# The key a training question carries for `search_gain`: the rank of the first answer-bearing
+# passage in the question's own top passages from the run's index (None: none within the depth),
+# written by `question_answer_ranks` before the rewards run.
+QUESTION_RANK = "question_answer_rank"
+
+
+def question_answer_ranks(samples: list[dict], retriever, depth: int) -> None:
+    """Write QUESTION_RANK into each sample that lacks it: the question itself as the query, its top
+    `depth` passages from `retriever` (one batched search for all of them)."""
+    todo = [s for s in samples if QUESTION_RANK not in s]
+    if not todo:
+        return
+    hits = retriever.search([s["question"] for s in todo], depth)
+    for sample, found in zip(todo, hits):
+        golds = golds_of(None, sample)
+        sample[QUESTION_RANK] = None if is_yes_no(golds) else first_answer_rank(
+            [f"{h.title} {h.text}".strip() for h in found], golds)
+
+
+def search_gain_reward(completion, sample) -> float:
+    """Gain over the question at equal passages (s3's "gain beyond RAG", on the passages): 1 if the
+    passages the episode's searches showed hold a gold answer, minus 1 if the question's own top N
+    from the same index does, N the number of distinct passages shown. In {-1, 0, 1}; 0 for a yes/no
+    question. Needs the sample's `question_answer_rank` (the trainer writes it: question_answer_ranks).
+
+    >>> from ragrl.rollout.trajectory import Trajectory, Turn
+    >>> t = Trajectory("q", "Who directed Jaws?", [], [], [], [], 0, turns=[Turn("Jaws director", "search",
+    ...     queries=["Jaws director"], passage_ids=[["p1", "p2"]], passage_texts=[["Jaws (film)", "Spielberg directed Jaws"]])])
+    >>> search_gain_reward(t, {"answers": ["Spielberg"], "question_answer_rank": None})   # found what the question did not
+    1.0
+    >>> search_gain_reward(t, {"answers": ["Spielberg"], "question_answer_rank": 2})      # the question finds it at rank 2 too
+    0.0
+    >>> search_gain_reward(t, {"answers": ["Lucas"], "question_answer_rank": 1})          # missed what the question found
+    -1.0
+    """
+    golds = golds_of(completion, sample)
+    texts = _shown_texts(completion, "search_gain")
+    if not isinstance(sample, dict) or QUESTION_RANK not in sample:
+        raise RagrlError(f"search_gain needs the sample's {QUESTION_RANK!r} (ragrl.rewards.search."
+                         "question_answer_ranks writes it before the rewards run)")
+    if not golds or is_yes_no(golds):
+        return 0.0
+    rank = sample[QUESTION_RANK]
+    question_hit = rank is not None and rank <= len(texts)
+    return answer_in(texts, golds) - float(question_hit)
+
+
+# Rewards that read what a question's own search finds: the trainer runs question_answer_ranks first.
+search_gain_reward.needs_question_rank = True

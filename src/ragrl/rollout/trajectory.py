@@ -21,6 +21,9 @@ class Turn:
     queries: list[str] = field(default_factory=list)
     passage_ids: list[list[str]] = field(default_factory=list)  # per query, the retrieved ids
     passage_titles: list[list[str]] = field(default_factory=list)  # per query, their titles
+    # per query, each passage's "title text" as the index holds it (before an observation's word and
+    # token cuts): what the search-outcome rewards and answer@shown read
+    passage_texts: list[list[str]] = field(default_factory=list)
     observation: str = ""                 # text appended after the action (empty at the end)
     error: str | None = None              # why the action was invalid, if it was
 
@@ -72,6 +75,18 @@ class Trajectory:
     @property
     def retrieved_ids(self) -> list[str]:
         return [pid for t in self.turns for ids in t.passage_ids for pid in ids]
+
+    def shown_passages(self) -> list[tuple[str, str]]:
+        """(id, text) of every distinct passage the episode's searches retrieved, in the order they
+        came (search by search, query by query, rank by rank); text "" where none was recorded."""
+        seen: dict[str, str] = {}
+        for turn in self.turns:
+            for i, ids in enumerate(turn.passage_ids):
+                texts = turn.passage_texts[i] if i < len(turn.passage_texts) else []
+                for j, pid in enumerate(ids):
+                    if pid not in seen:
+                        seen[pid] = texts[j] if j < len(texts) else ""
+        return list(seen.items())
 
     def to_dict(self) -> dict:
         return asdict(self)

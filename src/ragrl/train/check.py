@@ -11,13 +11,13 @@ from ragrl.datasets import load_questions
 from ragrl.engines.registry import require_engine
 from ragrl.errors import ConfigError
 from ragrl.methods.base import METHODS, method_for
-from ragrl.models.lm_weights import resolve_policy
 from ragrl.kit import verify_kit
+from ragrl.models.lm_weights import resolve_policy
 from ragrl.paths import KIT_PREFIX, resolve_kit
 from ragrl.policy.lm_model import resolve_device
 from ragrl.retrieval.corpus import file_sha256, load_corpus
 from ragrl.retrieval.resolve import corpus_of
-from ragrl.rewards.registry import make_reward
+from ragrl.rewards.registry import PASSAGE_TEXT_REWARDS, make_reward
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
 from ragrl.train.setup import default_retriever
@@ -141,13 +141,29 @@ def check_combinations(cfg: TrainConfig) -> None:
     check_guards(cfg)
     check_trackers(cfg.report_to)   # a tracker asked for is installed, and named once
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
-        make_reward(spec)   # a typo fails here, not after the SFT warm start
+        check_search_outcome_rewards(cfg, make_reward(spec))   # a typo fails here, not after the SFT warm start
     # Each method checks the settings it owns, on every config: its settings are refused where they
     # would be ignored, and its own combinations before any work.
     for method in METHODS.values():
         if method.check is not None:
             method.check(cfg)
     check_index_matches_corpus(cfg)
+
+
+def check_search_outcome_rewards(cfg: TrainConfig, reward) -> None:
+    """The rewards on what a search found act where an LM's searches record their passages' texts:
+    refused for a retriever policy (search_gain's baseline is the LM's question-as-query search) and
+    for a protocol whose runner records passage ids only (a pipeline)."""
+    used = [t.name for t in reward.terms if t.name in PASSAGE_TEXT_REWARDS]
+    if not used:
+        return
+    if cfg.policy != "lm" and "search_gain" in used:
+        raise ConfigError(f"reward search_gain compares an LM agent's searches with its question's own search; "
+                          f"a {cfg.policy} policy has no such agent: use answer_rank or gold_recall")
+    runner = get_protocol(cfg.agent).runner if cfg.policy == "lm" else "retrieval_only"
+    if runner not in ("multi_turn", "retrieval_only"):
+        raise ConfigError(f"reward {used[0]} reads each retrieved passage's text, which the {runner} runner of "
+                          f"protocol {cfg.agent!r} does not record: use gold_recall or answer_in_docs")
 
 
 def check_guards(cfg: TrainConfig) -> None:

@@ -40,6 +40,7 @@ from ragrl.policy.fsdp import (
 )
 from ragrl.retrieval.client import RetrievalUnavailable
 from ragrl.rewards.registry import make_reward
+from ragrl.rewards.search import question_answer_ranks
 from ragrl.rewards.schedule import RewardSchedule
 from ragrl.train.averaging import WeightAverage
 from ragrl.train.check import check_combinations
@@ -371,6 +372,9 @@ class Trainer:
         reward_fn = make_reward(self.rewards.at(self.step))
         # By id, not group: a pipeline's agents have groups of their own (GRPO never mixes agents).
         by_id = {str(s.get("id", i)): s for i, s in enumerate(samples)}
+        if reward_fn.needs("needs_question_rank"):   # search_gain: what the question's own search finds
+            r = cfg.rollout
+            question_answer_ranks(samples, self.setup.extras["retriever"], r.max_turns * r.max_queries_per_call * r.topk)
         for t in trajs:
             sample = by_id[t.sample_id]
             t.reward = float(reward_fn(t, sample))
