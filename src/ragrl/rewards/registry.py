@@ -136,6 +136,11 @@ def make_reward(spec) -> CombinedReward:
     return CombinedReward([_term(name, value) for name, value in items])
 
 
+def reward_needs(reward, flag: str) -> bool:
+    """Whether a compiled reward declares `flag` (any plain callable declares nothing)."""
+    return isinstance(reward, CombinedReward) and reward.needs(flag)
+
+
 def reward_breakdown(completion, sample, spec) -> dict[str, float]:
     """Each reward's unweighted value and the weighted total, for logging."""
     return make_reward(spec).breakdown(completion, sample)

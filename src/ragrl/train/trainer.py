@@ -39,7 +39,7 @@ from ragrl.policy.fsdp import (
     shard_params,
 )
 from ragrl.retrieval.client import RetrievalUnavailable
-from ragrl.rewards.registry import make_reward
+from ragrl.rewards.registry import make_reward, reward_needs
 from ragrl.rewards.search import question_answer_ranks
 from ragrl.rewards.schedule import RewardSchedule
 from ragrl.train.averaging import WeightAverage
@@ -372,7 +372,7 @@ class Trainer:
         reward_fn = make_reward(self.rewards.at(self.step))
         # By id, not group: a pipeline's agents have groups of their own (GRPO never mixes agents).
         by_id = {str(s.get("id", i)): s for i, s in enumerate(samples)}
-        if reward_fn.needs("needs_question_rank"):   # search_gain: what the question's own search finds
+        if reward_needs(reward_fn, "needs_question_rank"):   # search_gain: what the question's own search finds
             r = cfg.rollout
             question_answer_ranks(samples, self.setup.extras["retriever"], r.max_turns * r.max_queries_per_call * r.topk)
         for t in trajs:
