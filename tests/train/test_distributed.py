@@ -156,7 +156,11 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
         # rank 0's own traceback first: the tail is mostly the launcher's summary and the other
         # rank's "connection closed by peer"
         rank0 = "\n".join(line for line in res.stderr.splitlines() if line.startswith("[rank0]"))
-        assert res.returncode == 0, rank0[-3000:] + "\n---\n" + res.stdout[-1500:] + res.stderr[-2000:]
+        # and why any other rank stopped: its ragrl error line or its own traceback's last lines
+        others = "\n".join(line for line in res.stderr.splitlines()
+                           if line.startswith("error: ") or line.startswith(("[rank1]", "[rank2]", "[rank3]")))
+        assert res.returncode == 0, (rank0[-3000:] + "\n--- other ranks:\n" + others[-2000:] + "\n---\n"
+                                     + res.stdout[-1500:] + res.stderr[-2000:])
         return res.stdout + res.stderr
 
     log = launch()

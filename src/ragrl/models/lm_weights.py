@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import json
 import os
@@ -28,6 +27,7 @@ import torch
 import transformers
 
 from ragrl.errors import ModelError
+from ragrl.kit import sha256_of
 from ragrl.paths import file_lock, ragrl_home
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -128,7 +128,7 @@ def ensure_smollm2() -> Path:
         try:
             convert_gguf(gguf, tmp)
             files = sorted(p.name for p in tmp.iterdir())
-            manifest = {"source": gguf.name, "source_sha256": _sha256(gguf), "files": files}
+            manifest = {"source": gguf.name, "source_sha256": sha256_of(gguf), "files": files}
             (tmp / COMPLETE).write_text(json.dumps(manifest, indent=1))
             if target.exists():  # an earlier incomplete copy (no COMPLETE): replace it
                 shutil.rmtree(target)
@@ -230,9 +230,3 @@ def _resolve_hub(name: str) -> Path:
         ) from error
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -76,6 +76,12 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
     return rank, world
 
 
+def barrier() -> None:
+    """Wait until every rank gets here (nothing to wait for in one process)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def close_distributed(*, ok: bool = True) -> None:
     """Leave the process group, if one was joined: wait for every rank when the run ended
     well, then destroy the group. Without this, gloo's worker threads can still be running

@@ -77,7 +77,15 @@ def recipe_listing() -> list[dict]:
 
 def load_train_config(recipe: str | None, overrides: list[str], variant: str | None = None) -> TrainConfig:
     path = resolve_recipe(recipe) if recipe else None
-    return load_config(TrainConfig, path, overrides, variant=variant)
+    cfg = load_config(TrainConfig, path, overrides, variant=variant)
+    # A schedule replaces `reward` from its first step: an override of `reward` would be accepted and
+    # never used, so it is refused (the recipe's own `reward` under a schedule is only its base's).
+    touched = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] == "reward"]
+    if touched and cfg.reward_schedule:
+        raise ConfigError(f"{touched[0]!r}: this recipe's reward_schedule replaces `reward` from step "
+                          f"{cfg.reward_schedule[0][0]}, so the override would never be used; set "
+                          "reward_schedule instead, e.g. --set \"reward_schedule=[[0, {f1: 1.0}]]\"")
+    return cfg
 
 
 def all_sft_builders() -> dict:

@@ -47,6 +47,7 @@ from ragrl.train.check import check_combinations
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ragrl.train.config import TrainConfig
 from ragrl.train.distributed import (
+    barrier,
     check_divisible,
     init_distributed,
     make_optimizer,
@@ -154,6 +155,9 @@ class Trainer:
         cfg = self.cfg
         t_call = time.perf_counter()
         prepare_run_dir(self.run_dir, resume=resume)
+        # Every rank checks the folder before any rank writes to it: a rank that came late would see
+        # rank 0's first checkpoint and refuse the run as "already has checkpoints" (exit 2).
+        barrier()
         if self.rank == 0:
             write_resolved_config(self.run_dir, asdict(cfg))
             setup_file_logging(self.run_dir)
