@@ -71,8 +71,11 @@ def test_search_gain_against_the_questions_own_search_on_a_real_index(demo_bm25_
     shown_without = episode([(f"p{i}", "nothing") for i in range(max(rank, 1))])
     assert search_gain_reward(shown_with, s) == 0.0        # found it, but so does the question at N = rank
     assert search_gain_reward(shown_without, s) == -1.0    # the question's own top `rank` holds it
-    if rank > 1:   # fewer passages than the question needs: finding it is a gain
-        assert search_gain_reward(episode([("pa", f"it is {answer}")]), s) == 1.0
+    if rank > 1:   # fewer passages than the question needs: finding it is a gain (no floor on N)
+        assert search_gain_reward(episode([("pa", f"it is {answer}")]), s, min_n=0) == 1.0
+    # an episode that never searches is held to naive RAG's 3 passages, not to none
+    assert search_gain_reward(episode(), s) == (-1.0 if rank <= 3 else 0.0)
+    assert search_gain_reward(episode(), s, min_n=0) == 0.0
     with pytest.raises(RagrlError, match="question_answer_rank"):
         search_gain_reward(shown_with, {"answers": [answer]})
 

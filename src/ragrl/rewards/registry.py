@@ -27,6 +27,7 @@ from ragrl.rewards.search import (
     answer_in_docs_reward,
     answer_rank_reward,
     check_answer_rank,
+    check_search_gain,
     gold_recall_reward,
     retrieval_reward,
     search_cost_reward,
@@ -52,7 +53,8 @@ REWARDS: Registry[RewardFn] = Registry("reward", {
 # The generic rewards that score a generated answer or its format (each method declares its own).
 ANSWER_REWARDS = ("em", "f1", "cover_em", "format")
 # Checks of a reward's option *values* (not only their names), run when a recipe is loaded.
-REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check", {"answer_rank": check_answer_rank})
+REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check", {"answer_rank": check_answer_rank,
+                                                                           "search_gain": check_search_gain})
 # Rewards that read the retrieved passages' own texts (Turn.passage_texts), which the multi-turn and
 # retrieval-only runners record: refused on load for a protocol played by another runner.
 PASSAGE_TEXT_REWARDS = ("answer_rank", "search_gain")

@@ -183,11 +183,13 @@ def question_answer_ranks(samples: list[dict], retriever, depth: int) -> None:
             [f"{h.title} {h.text}".strip() for h in found], golds)
 
 
-def search_gain_reward(completion, sample) -> float:
+def search_gain_reward(completion, sample, min_n: int = 3) -> float:
     """Gain over the question at equal passages (s3's "gain beyond RAG", on the passages): 1 if the
     passages the episode's searches showed hold a gold answer, minus 1 if the question's own top N
-    from the same index does, N the number of distinct passages shown. In {-1, 0, 1}; 0 for a yes/no
-    question. Needs the sample's `question_answer_rank` (the trainer writes it: question_answer_ranks).
+    from the same index does, N the number of distinct passages shown but at least `min_n` (naive
+    RAG's k: without that floor an episode that never searches scores 0, as good as searching with the
+    question, and probe P2 learned to stop searching). In {-1, 0, 1}; 0 for a yes/no question. Needs
+    the sample's `question_answer_rank` (the trainer writes it: question_answer_ranks).
 
     >>> from ragrl.rollout.trajectory import Trajectory, Turn
     >>> t = Trajectory("q", "Who directed Jaws?", [], [], [], [], 0, turns=[Turn("Jaws director", "search",
@@ -198,6 +200,11 @@ def search_gain_reward(completion, sample) -> float:
     0.0
     >>> search_gain_reward(t, {"answers": ["Lucas"], "question_answer_rank": 1})          # missed what the question found
     -1.0
+    >>> no_search = Trajectory("q", "Who directed Jaws?", [], [], [], [], 0)
+    >>> search_gain_reward(no_search, {"answers": ["Spielberg"], "question_answer_rank": 3})   # naive RAG's 3 find it
+    -1.0
+    >>> search_gain_reward(no_search, {"answers": ["Spielberg"], "question_answer_rank": 3}, min_n=0)
+    0.0
     """
     golds = golds_of(completion, sample)
     texts = _shown_texts(completion, "search_gain")
@@ -207,8 +214,20 @@ def search_gain_reward(completion, sample) -> float:
     if not golds or is_yes_no(golds):
         return 0.0
     rank = sample[QUESTION_RANK]
-    question_hit = rank is not None and rank <= len(texts)
+    question_hit = rank is not None and rank <= max(len(texts), min_n)
     return answer_in(texts, golds) - float(question_hit)
+
+
+def check_search_gain(min_n: int = 3) -> None:
+    """search_gain's floor: a whole number of passages >= 0.
+
+    >>> check_search_gain(-1)
+    Traceback (most recent call last):
+    ...
+    ragrl.errors.ConfigError: reward 'search_gain': min_n must be a whole number >= 0, got -1
+    """
+    if isinstance(min_n, bool) or not isinstance(min_n, int) or min_n < 0:
+        raise ConfigError(f"reward 'search_gain': min_n must be a whole number >= 0, got {min_n!r}")
 
 
 # Rewards that read what a question's own search finds: the trainer runs question_answer_ranks first.

@@ -378,7 +378,7 @@ class Trainer:
         by_id = {str(s.get("id", i)): s for i, s in enumerate(samples)}
         if reward_needs(reward_fn, "needs_question_rank"):   # search_gain: what the question's own search finds
             r = cfg.rollout
-            question_answer_ranks(samples, self.setup.extras["retriever"], r.max_turns * r.max_queries_per_call * r.topk)
+            question_answer_ranks(samples, self.setup.extras["retriever"], max(r.max_turns * r.max_queries_per_call * r.topk, 10))
         for t in trajs:
             sample = by_id[t.sample_id]
             t.reward = float(reward_fn(t, sample))
