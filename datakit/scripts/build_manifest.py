@@ -1,18 +1,16 @@
 """Write ragrl-data's manifest.json: every file's sha256, size, rows, what it is, the sources its rows
 came from and its licence, beside the upstream sources (repository, commit, path, git blob, licence).
 
-    python datakit/scripts/build_manifest.py UPSTREAM_MANIFEST.json
+    .venv/bin/python datakit/scripts/build_manifest.py UPSTREAM_MANIFEST.json
 
 Deterministic: the same files give the same bytes. `ragrl data` verifies against what it writes."""
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
 import sys
 from pathlib import Path
 
-import numpy as np
+from ragrl.kit import count_rows, sha256_of   # the same counting and hashing `ragrl data` verifies with
 
 KIT = Path(__file__).resolve().parents[1] / "src" / "ragrl_data"
 HOTPOT = ["ircot_hotpotqa_dev500", "rpt_hotpotqa_dev", "rpt_hotpotqa_train", "rpt_hotpotqa_test"]
@@ -74,15 +72,6 @@ FILES = {
 }
 
 
-def rows(path: Path) -> int:
-    if path.name.endswith(".jsonl.gz"):
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return sum(1 for line in f if line.strip())
-    if path.suffix == ".npy":
-        return int(np.load(path, mmap_mode="r").shape[0])
-    return 0
-
-
 def main(upstream_path: str) -> None:
     upstream = json.loads(Path(upstream_path).read_text())
     keys = [s["key"] for s in upstream["sources"]]
@@ -99,8 +88,8 @@ def main(upstream_path: str) -> None:
         sources = sorted({k for k in keys for w in wanted if k == w or k.startswith(w)})
         if len(sources) < len(wanted):
             sys.exit(f"{rel}: a source key matches nothing in the upstream manifest: {wanted}")
-        files[rel] = {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "bytes": path.stat().st_size,
-                      "rows": rows(path), "what": what, "sources": sources, "licence": licence}
+        files[rel] = {"sha256": sha256_of(path), "bytes": path.stat().st_size,
+                      "rows": count_rows(path), "what": what, "sources": sources, "licence": licence}
     manifest = {
         "name": "ragrl-data",
         "about": "the offline RAG / multi-hop QA kit that ragrl's recipes, quickstart and benchmarks read "

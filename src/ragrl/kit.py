@@ -47,9 +47,20 @@ class KitReport:
     sources: list[dict]
 
     @property
+    def problems(self) -> list[str]:
+        """"path (changed|missing)" for every listed file not there as its manifest says (an unlisted
+        extra is reported, not verified, so it is no problem)."""
+        return [f"{f.path} ({f.status})" for f in self.files if f.status in ("changed", "missing")]
+
+    @property
     def intact(self) -> bool:
-        """Every file the manifest lists is there, unchanged (an unlisted extra is reported, not verified)."""
-        return all(f.status in ("ok", "unlisted") for f in self.files)
+        return not self.problems
+
+    def check(self) -> "KitReport":
+        """This report, or a RagrlError naming every changed or missing file."""
+        if self.problems:
+            raise RagrlError(f"the data kit at {self.root} does not match its manifest: {', '.join(self.problems)}")
+        return self
 
 
 def count_rows(path: Path) -> int | None:
@@ -116,7 +127,6 @@ def inspect_kit(root: Path | None = None) -> KitReport:
             intact = entry.bytes == meta.get("bytes", entry.bytes) and sha256_of(path) == meta.get("sha256")
             entry.status = "ok" if intact else "changed"
             entry.rows = meta["rows"] if intact and "rows" in meta else count_rows(path)
-            entry.rows = entry.rows or None
         files.append(entry)
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
@@ -127,8 +137,4 @@ def inspect_kit(root: Path | None = None) -> KitReport:
 
 def verify_kit(root: Path | None = None) -> KitReport:
     """inspect_kit, raising a RagrlError that names every changed or missing file."""
-    report = inspect_kit(root)
-    bad = [f"{f.path} ({f.status})" for f in report.files if f.status in ("changed", "missing")]
-    if bad:
-        raise RagrlError(f"the data kit at {report.root} does not match its {MANIFEST}: {', '.join(bad)}")
-    return report
+    return inspect_kit(root).check()

@@ -8,7 +8,6 @@ from dataclasses import asdict
 
 import typer
 
-from ragrl.errors import RagrlError
 from ragrl.kit import inspect_kit
 
 
@@ -50,6 +49,4 @@ def register(app: typer.Typer) -> None:
             total = sum(f.bytes for f in report.files)
             typer.echo(f"{ok} of {len(report.files)} files verified by sha256 ({_size(total)}); "
                        f"{len(report.sources)} upstream sources (--sources lists them)")
-        bad = [f"{f.path} ({f.status})" for f in report.files if f.status in ("changed", "missing")]
-        if bad:
-            raise RagrlError(f"the data kit at {report.root} does not match its manifest: {', '.join(bad)}")
+        report.check()   # printed first: a damaged file is shown in the table, then named in the error

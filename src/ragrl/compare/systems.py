@@ -212,7 +212,7 @@ def question_hit_at(ctx: "Context", q: dict, n: int) -> float | None:
     if rank is None and depth < n:   # searched too shallow (or not yet): search deeper, once
         depth = max(n, QUESTION_DEPTH)
         hits = ctx.retriever.search([q["question"]], depth)[0]
-        rank = first_answer_rank([f"{h.title} {h.text}".strip() for h in hits], golds)
+        rank = first_answer_rank([h.full_text for h in hits], golds)
         ctx.question_ranks[qid] = (depth, rank)
     return float(rank is not None and rank <= n)
 

@@ -215,13 +215,15 @@ def write_report(out_dir: str | Path, results: dict[str, dict], meta: dict, *,
 
 
 def compare_report(out_path: str | Path, rows: Sequence[tuple[str, dict]], baseline_label: str | None,
-                   *, pairs: Sequence[tuple[str, str]] = (), n_boot: int = 2000, seed: int = 0) -> dict:
+                   *, pairs: Sequence[tuple[str, str]] = (), n_boot: int = 2000, seed: int = 0,
+                   extra: dict | None = None, warning: str | None = None) -> dict:
     """A before/after table (e.g. untrained agent, naive_rag, SFT-only, trained agent).
 
     rows: (label, summary) in display order. A summary made with summarize(..., per_question=True)
     gets a paired-bootstrap difference vs the baseline; without per-question data the
     difference of means is shown without a CI. `pairs` adds (system, reference) comparisons,
-    e.g. ("agent (SFT + RL)", "agent (SFT)") for the gain from RL alone.
+    e.g. ("agent (SFT + RL)", "agent (SFT)") for the gain from RL alone. `extra`: more top-level
+    fields of the JSON; `warning`: a line put in bold above the Markdown table.
     Writes <out_path>.md and <out_path>.json.
     """
     labels = [label for label, _ in rows]
@@ -244,23 +246,24 @@ def compare_report(out_path: str | Path, rows: Sequence[tuple[str, dict]], basel
             else:  # no per-question values: the plain difference of the two means
                 paired[label] = {k: {"diff": s[k]["mean"] - base[k]["mean"]} for k in QA_METRICS}
 
-    extra: dict[str, dict[str, dict | None]] = {}
+    pair_diffs: dict[str, dict[str, dict | None]] = {}
     for system, reference in pairs:
         for label in (system, reference):
             if label not in summaries:
                 raise RagrlError(f"compare_report: pair ({system!r}, {reference!r}) names an unknown row {label!r}")
         a, b = summaries[reference], summaries[system]
-        extra.setdefault(reference, {})[system] = (
+        pair_diffs.setdefault(reference, {})[system] = (
             paired_diffs(a["per_question"], b["per_question"], n_boot=n_boot, seed=seed)
             if "per_question" in a and "per_question" in b
             else {k: {"diff": b[k]["mean"] - a[k]["mean"]} for k in QA_METRICS})
     data = {"baseline": baseline_label, "rows": [{"label": lb, **_public(s)} for lb, s in rows], "paired": paired,
-            "pairs": extra}
+            "pairs": pair_diffs, **(extra or {})}
     _write_json(out.with_suffix(".json"), data)
-    md = ["# ragrl before/after", "", _markdown_table(TABLE_HEADER, [_row_cells(lb, s) for lb, s in rows]), ""]
+    md = ["# ragrl before/after", "", *([f"**{warning}**", ""] if warning else []),
+          _markdown_table(TABLE_HEADER, [_row_cells(lb, s) for lb, s in rows]), ""]
     if paired:
         md.append(_paired_section(paired, baseline_label))
-    for reference, diffs in extra.items():
+    for reference, diffs in pair_diffs.items():
         md.append(_paired_section(diffs, reference))
     out.with_suffix(".md").write_text("\n".join(md), encoding="utf-8")
     return data

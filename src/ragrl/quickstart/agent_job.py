@@ -12,7 +12,6 @@ the gains separate into SFT and RL parts.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import replace
@@ -161,12 +160,9 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
             ("agent (SFT)", after_sft[cfg.agent]), ("agent (SFT + RL)", after_rl[cfg.agent])]
     # The gain from RL alone is the paired difference of the trained agent and the SFT-only one.
     data = compare_report(out / "before_after", rows, baseline_label="naive_rag",
-                          pairs=[("agent (SFT + RL)", "agent (SFT)")])
-    data["rl_steps"] = {"fixed": cfg.steps, "trained": len(rl_rows), "cut_by_time_bound": cut is not None}
-    (out / "before_after.json").write_text(json.dumps(data, indent=1))
-    if cut:
-        md = out / "before_after.md"
-        md.write_text(f"**{cut}**\n\n" + md.read_text())
+                          pairs=[("agent (SFT + RL)", "agent (SFT)")], warning=cut,
+                          extra={"rl_steps": {"fixed": cfg.steps, "trained": len(rl_rows),
+                                              "cut_by_time_bound": cut is not None}})
     line_plot(read_metrics(out / "rl"), ["reward_mean", "f1", "em", "searches", "format_error_rate"],
               out / "training_curves.png")
     report_files(out / "rl", cfg.report_to, [out / f for f in ("before_after.md", "before_after.json", "training_curves.png")])

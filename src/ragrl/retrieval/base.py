@@ -19,6 +19,11 @@ class Hit:
         """Search-R1's document `contents` field: quoted title, newline, text."""
         return f'"{self.title}"\n{self.text}'
 
+    @property
+    def full_text(self) -> str:
+        """Title and text, as an answer is looked for in a passage (answer@shown, the search rewards)."""
+        return f"{self.title} {self.text}".strip()
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -180,7 +180,7 @@ def question_answer_ranks(samples: list[dict], retriever, depth: int) -> None:
     for sample, found in zip(todo, hits):
         golds = golds_of(None, sample)
         sample[QUESTION_RANK] = None if is_yes_no(golds) else first_answer_rank(
-            [f"{h.title} {h.text}".strip() for h in found], golds)
+            [h.full_text for h in found], golds)
 
 
 def search_gain_reward(completion, sample, min_n: int = 3) -> float:

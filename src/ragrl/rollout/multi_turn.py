@@ -443,7 +443,7 @@ def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retri
         turn = st.traj.turns[-1]
         turn.passage_ids = [[h.id for h in hs] for hs in mine]
         turn.passage_titles = [[h.title for h in hs] for hs in mine]
-        turn.passage_texts = [[f"{h.title} {h.text}".strip() for h in hs] for hs in mine]
+        turn.passage_texts = [[h.full_text for h in hs] for hs in mine]
         _append_observation(st, turn, obs, ids, cfg)
 
 

@@ -63,7 +63,7 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
             found[i].append(hits)
             t.turns.append(Turn(action_text=t.question, kind="search", queries=[t.question],
                                 passage_ids=[[h.id for h in hits]], passage_titles=[[h.title for h in hits]],
-                                passage_texts=[[f"{h.title} {h.text}".strip() for h in hits]],
+                                passage_texts=[[h.full_text for h in hits]],
                                 observation="\n".join(f"{h.title}. {h.text}" for h in hits)))
             if action is not None:
                 t.retrievals.append(action)

@@ -7,7 +7,7 @@
       wandb/, mlruns/  the same as a wandb or MLflow run (report_to; ragrl.train.trackers)
       train.log        the `ragrl` logger's output (setup_file_logging)
       training.json    each stage's wall time and the machine it ran on (record_stage), and the step
-                       a wall-time bound cut RL at, if one did (record_time_bound_cut)
+                       a wall-time bound cut RL at, if one did (record_time_bound_cut, clear_time_bound_cut)
       checkpoints/     see ragrl.train.checkpoint
 
 metrics.jsonl is the source of truth: each line is fsynced as it is written, so a `kill -9`
@@ -65,18 +65,18 @@ def record_stage(run_dir: Path, stage: str, seconds: float) -> None:
 
 
 def record_time_bound_cut(run_dir: Path, step: int, steps: int, bound_s: float) -> None:
-    """Note in training.json that a wall-time bound stopped RL at `step` of the recipe's `steps`
-    (a resume that reaches them clears it), so a report can say its figures are not the fixed-step ones."""
-    path = Path(run_dir) / TRAINING_FILE
+    """Note in training.json that a wall-time bound stopped RL at `step` of the recipe's `steps`, so
+    a report can say its figures are not the fixed-step ones (clear_time_bound_cut undoes it)."""
+    data = read_training_record(run_dir) or {"stages": []}
+    data["cut_by_time_bound"] = {"step": int(step), "steps": int(steps), "bound_s": round(float(bound_s), 1)}
+    _atomic_write(Path(run_dir) / TRAINING_FILE, json.dumps(data, indent=1))
+
+
+def clear_time_bound_cut(run_dir: Path) -> None:
+    """A resumed run reached its steps: training.json no longer says a bound cut it."""
     data = read_training_record(run_dir)
-    if step >= steps and (data is None or "cut_by_time_bound" not in data):
-        return
-    data = data or {"stages": []}
-    if step >= steps:
-        del data["cut_by_time_bound"]
-    else:
-        data["cut_by_time_bound"] = {"step": int(step), "steps": int(steps), "bound_s": round(float(bound_s), 1)}
-    _atomic_write(path, json.dumps(data, indent=1))
+    if data is not None and data.pop("cut_by_time_bound", None) is not None:
+        _atomic_write(Path(run_dir) / TRAINING_FILE, json.dumps(data, indent=1))
 
 
 def read_training_record(run_dir: Path) -> dict | None:

@@ -61,6 +61,7 @@ from ragrl.train.progress import TrainProgress
 from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
 from ragrl.train.run_dir import (
     MetricsLogger,
+    clear_time_bound_cut,
     prepare_run_dir,
     read_metrics,
     record_time_bound_cut,
@@ -220,8 +221,8 @@ class Trainer:
                     row.update({f"start/{k}": v for k, v in start.items()})
                     start = None
                 self._finish_step(row, logger, rows, bar, self.step)
-            if self.rank == 0 and self.cut_by_time_bound is None:   # a resumed run that reached its steps
-                record_time_bound_cut(self.run_dir, self.step, cfg.steps, 0.0)
+            if self.rank == 0 and self.cut_by_time_bound is None:   # e.g. a resumed run that reached its steps
+                clear_time_bound_cut(self.run_dir)
             # Under FSDP the final adapter is gathered by every rank; rank 0 writes it (and sends its
             # files to the trackers, which close below).
             final_state = full_state_dict(self.model) if self.params_sharded else None
