@@ -17,6 +17,7 @@ from ragrl.datasets import load_questions
 from ragrl.rollout.multi_turn import RolloutConfig, build_observation, build_observations, prompt_ids, run_episodes
 from ragrl.engines.hf import HFEngine
 from ragrl.policy.logprobs import action_logprobs
+from ragrl.rewards.format import is_well_formed
 from tests.rollout.scripted import CountingRetriever, RecordingEngine, ScriptedEngine, check_token_invariants, spans
 
 STOP_REASONS = {"answer", "max_turns", "max_tokens", "no_answer"}
@@ -294,3 +295,32 @@ def test_max_queries_per_call_truncates_the_search(tok, eos_ids, index, samples)
     assert [label for label, _ in observation_groups(t.turns[0].observation)] == \
         ["Query 1: Danny Glover", "Query 2: Lethal Weapon"]
 
+
+
+def test_first_action_search_opens_every_episode_with_a_search_the_policy_finishes(tok, index):
+    """rollout.first_action=search: the runner writes the protocol's search opening after the prompt
+    (masked: the policy did not write it); the policy's first turn is only the query, and it parses,
+    and is kept as text, as the whole search action."""
+    protocol = get_protocol("search_r1")
+    opening = protocol.search_opening()
+    assert opening == "<think>I need to search for this.</think>\n<search>"
+    question = "Who directed Jaws?"
+    # the engine sees the prompt with the opening after it, so its script starts with the query
+    engine = ScriptedEngine(tok, protocol, {question: [" Jaws film director </search>", "<answer> Spielberg </answer>"]})
+    retriever = CountingRetriever(index)
+    cfg = RolloutConfig(max_turns=3, max_turn_tokens=64, max_response_tokens=1024, max_obs_tokens=400, topk=2,
+                        first_action="search")
+    [t], _ = run_episodes(engine, protocol, retriever, [{"id": "q0", "question": question, "answers": ["x"]}], cfg)
+    opening_ids = tok.encode(opening, add_special_tokens=False)
+    prompt = prompt_ids(tok, protocol, question)
+    assert t.token_ids[: t.prompt_len] == prompt + opening_ids and t.prompt_len == len(prompt) + len(opening_ids)
+    assert t.action_mask[: t.prompt_len] == [0] * t.prompt_len
+    assert t.turns[0].kind == "search" and t.turns[0].queries == ["Jaws film director"]
+    assert t.turns[0].action_text == opening + " Jaws film director </search>"
+    assert retriever.calls == [["Jaws film director"]]
+    assert t.answer == "Spielberg" and t.num_searches == 1 and is_well_formed(t)
+    # free (the default): the same script's first turn is a bare query with no open tag, a format error
+    engine = ScriptedEngine(tok, protocol, {question: [" Jaws film director </search>", "<answer> Spielberg </answer>"]})
+    [free], _ = run_episodes(engine, protocol, CountingRetriever(index), [{"id": "q0", "question": question, "answers": ["x"]}],
+                             RolloutConfig(max_turns=3, max_turn_tokens=64, max_response_tokens=1024, topk=2))
+    assert free.turns[0].kind == "invalid" and free.prompt_len == len(prompt)

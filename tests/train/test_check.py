@@ -18,6 +18,7 @@ from ragrl.train.recipe import load_train_config
     ("model.dtype=bf16", ["model.dtype", "float32, bfloat16, float16, auto"]),
     ("policy=retreiver", ["policy", "did you mean 'retriever'"]),
     ("data.shuffle=false", ["data.shuffle"]),
+    ("rollout.first_action=serch", ["rollout.first_action", "did you mean 'search'"]),
 ])
 def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     t0 = time.perf_counter()
@@ -47,6 +48,9 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
     (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),
     (["retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),
+    # the tiny variant's warm start teaches a quarter of direct answers, which a forced search forbids
+    (["rollout.first_action=search"], "sft.direct_frac=0.25 teaches answers without a search"),
+    (["rollout.first_action=search", "sft.direct_frac=0", "agent=mmoa"], "agent 'mmoa' .* has no multi-turn search"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
     from ragrl.train import setup

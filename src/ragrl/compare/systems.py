@@ -30,6 +30,7 @@ from ragrl.eval.cache import adapter_digest
 from ragrl.eval.harness import EvalConfig, run_single_turn, run_system, score
 from ragrl.eval.report import load_trajectories, write_trajectories
 from ragrl.eval.retrieval import gold_recall
+from ragrl.eval.search_gain import QUESTION_DEPTH
 from ragrl.eval.search_payoff import search_events, search_payoff
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
@@ -43,7 +44,6 @@ from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import Trajectory, Turn
 
 BASELINES = ("direct", "naive_rag")
-QUESTION_DEPTH = 30   # how deep the question's own search goes first (deeper where a system showed more)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Callable
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
+from ragrl.eval.search_gain import search_gain_scores, search_gain_summary
 from ragrl.eval.stats import summarize
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
@@ -138,6 +139,10 @@ def agent_metrics(engine: Engine, retriever: Retriever | None, agent: str, rollo
     out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
            for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
     out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
+    trajs = res["trajectories"]
+    # The search gain where the runner recorded what its searches showed (passage texts: multi-turn).
+    if retriever is not None and trajs and all(text for t in trajs for _, text in t.shown_passages()):
+        out.update(search_gain_summary(search_gain_scores(trajs, retriever), seed=seed))
     if extra_metrics is not None and res["trajectories"]:
         out.update(extra_metrics(res["trajectories"]))
     if per_question:

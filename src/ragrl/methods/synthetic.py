@@ -13,7 +13,7 @@ import random
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rewards.qa import normalize_answer
 from ragrl.rollout.multi_turn import RolloutConfig, build_observation, prompt_ids
-from ragrl.rollout.protocol import TextProtocol
+from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol
 from ragrl.rollout.trajectory import Trajectory, Turn
 
 READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its open <think>
@@ -22,11 +22,9 @@ READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its o
 def render_search(p: TextProtocol, queries: list[str], thought: str, first: bool) -> str:
     """One search action in protocol `p`'s tags (several queries joined by ';' for rag_r1)."""
     q = "; ".join(queries)
-    if p.search_in_think:      # R1-Searcher: the query sits inside <think>
-        lead = f"{p.think[0]} " if first else " "
-        return f"{lead}{thought} {p.query[0]} {q} {p.query[1]}"
-    think = f"{p.think[0]}{thought}{p.think[1]}\n" if p.think else ""
-    return f"{think}{p.query[0]} {q} {p.query[1]}"
+    if p.search_in_think and not first:   # R1-Searcher: a later query goes on in the open <think>
+        return f" {thought} {p.query[0]} {q} {p.query[1]}"
+    return f"{p.search_opening(thought)} {q} {p.query[1]}"
 
 
 def render_answer(p: TextProtocol, answer: str, thought: str | None, first: bool = False) -> str:
@@ -69,7 +67,7 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     plan = [queries] if multi else [[q] for q in queries]
     gold_plan = [golds] if len(plan) == 1 else [[g] for g in golds]
     t = _start(tok, protocol, sample)
-    thoughts = ["I need to search for this.", "I need more information."]
+    thoughts = [SEARCH_THOUGHT, "I need more information."]
     for turn_i, qs in enumerate(plan):
         action = render_search(protocol, qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
         hits = retriever.search(qs, cfg.topk)

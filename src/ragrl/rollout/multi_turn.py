@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import torch
 
@@ -52,6 +53,11 @@ class RolloutConfig:
     max_queries_per_call: int = setting(3, help=(
         "Queries honoured from one search action (a protocol that sends several at once); the rest "
         "are dropped."))
+    first_action: Literal["free", "search"] = setting("free", help=(
+        "free: the policy chooses its first action. search: every episode's first turn is a search "
+        "(the runner writes the protocol's search opening, its thought and query tag, and the policy "
+        "writes the query), in training and evaluation alike: a small policy that answers at once, or "
+        "learns to, never sees what a search finds."))
     max_searches: int | None = setting(None, help=(
         "Retrieval quota per episode (SmartRAG): a search past it is a format error. null: no quota."))
     topk: int = setting(3, help="Passages retrieved per query.")
@@ -108,6 +114,7 @@ class _State:
     done: bool = False
     pending_queries: list[str] = field(default_factory=list)
     deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
+    opening: str = ""                  # text the runner wrote before the first turn (first_action: search)
 
 
 def episode_deadline(cfg: RolloutConfig, rollout_start: float, episode_start: float) -> float | None:
@@ -237,15 +244,19 @@ def run_episodes(
     # Every episode of this runner starts with the rollout, so its own clock starts at entry too.
     deadline = episode_deadline(cfg, rollout_start, episode_start=rollout_start)
     tok = engine.tokenizer
+    # A forced first search: its opening is part of the prompt (masked: the policy did not write it)
+    # and of the first turn's text, so the turn parses, and is scored, as the whole search it is.
+    opening = protocol.search_opening() if cfg.first_action == "search" else ""
+    opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
     for i, s in enumerate(samples):
-        p = prompt_ids(tok, protocol, s["question"])
+        p = prompt_ids(tok, protocol, s["question"]) + opening_ids
         for _ in range(cfg.n):
             states.append(_State(Trajectory(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
-            ), deadline=deadline))
+            ), deadline=deadline, opening=opening))
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
@@ -362,7 +373,8 @@ def _time_out(st: _State, g: Generation | None, tok) -> None:
         t.action_mask += [1] * len(g.token_ids)
         t.logprobs += list(g.logprobs)
         t.num_turns += 1
-        text = g.text or tok.decode(g.token_ids, skip_special_tokens=False)
+        text = st.opening + (g.text or tok.decode(g.token_ids, skip_special_tokens=False))
+        st.opening = ""
         t.turns.append(Turn(action_text=text, kind="truncated", error="cut at the wall-time bound"))
     st.pending_queries = []
     st.done, t.stop_reason = True, "timeout"
@@ -379,7 +391,8 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
     # An engine that leaves `text` empty: decode without the final EOS, as HFEngine's text does,
     # so action_text never depends on which engine produced the turn.
     text_ids = g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids
-    text = g.text or tok.decode(text_ids, skip_special_tokens=False)
+    text = st.opening + (g.text or tok.decode(text_ids, skip_special_tokens=False))
+    st.opening = ""
     action: Action = protocol.parse(text)
     turn = Turn(action_text=text, kind=action.kind, error=action.error)
     t.turns.append(turn)

@@ -16,6 +16,10 @@ from ragrl.retrieval.base import Hit
 
 ActionKind = Literal["search", "answer", "invalid", "continue"]
 
+# The thought a first search opens with: the SFT warm start's episodes write it, and
+# `rollout.first_action: search` writes it for the policy, so both open the episode alike.
+SEARCH_THOUGHT = "I need to search for this."
+
 
 @dataclass
 class Action:
@@ -57,6 +61,8 @@ class TextProtocol:
     think: tuple[str, str] | None = None
     #: SFT rendering: queries are written inside the open think block (R1-Searcher)
     search_in_think: bool = False
+    #: the open and close tags of a query (None: the protocol's policy writes no search action)
+    query: tuple[str, str] | None = None
 
     def messages(self, question: str) -> list[dict[str, str]]:
         """Chat messages that open an episode (the engine applies the chat template)."""
@@ -73,6 +79,23 @@ class TextProtocol:
     def format_feedback(self, error: str) -> str:
         """The text appended after an invalid action."""
         raise NotImplementedError
+
+    def search_opening(self, thought: str = SEARCH_THOUGHT) -> str:
+        """A search action's text up to and including its query's open tag (the thought first, where
+        the protocol has one): what the SFT episodes write before a query, and what
+        `rollout.first_action: search` puts in front of the policy's first turn.
+
+        >>> class P(TextProtocol):
+        ...     think, query = ("<think>", "</think>"), ("<search>", "</search>")
+        >>> P().search_opening()
+        '<think>I need to search for this.</think>\\n<search>'
+        """
+        if self.query is None:
+            raise ConfigError(f"protocol {self.name!r} has no search action for its policy to open")
+        if self.search_in_think:      # R1-Searcher: the query sits inside the open <think>
+            return f"{self.think[0]} {thought} {self.query[0]}"
+        think = f"{self.think[0]}{thought}{self.think[1]}\n" if self.think else ""
+        return f"{think}{self.query[0]}"
 
     def extract_answer(self, text: str) -> str | None:
         """The final answer in a whole response, or None."""

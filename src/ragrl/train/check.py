@@ -138,6 +138,7 @@ def check_combinations(cfg: TrainConfig) -> None:
         raise ConfigError("eval_start needs eval_every > 0: the start is evaluated as the baseline of the "
                           "periodic evaluations, and there are none")
     check_agents(cfg)
+    check_first_action(cfg)
     check_guards(cfg)
     check_trackers(cfg.report_to)   # a tracker asked for is installed, and named once
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
@@ -164,6 +165,21 @@ def check_search_outcome_rewards(cfg: TrainConfig, reward) -> None:
     if runner not in ("multi_turn", "retrieval_only"):
         raise ConfigError(f"reward {used[0]} reads each retrieved passage's text, which the {runner} runner of "
                           f"protocol {cfg.agent!r} does not record: use gold_recall or answer_in_docs")
+
+
+def check_first_action(cfg: TrainConfig) -> None:
+    """rollout.first_action=search needs an LM policy whose multi-turn protocol has a search action, and
+    a warm start that teaches no direct answer (sft.direct_frac): the rollout would never allow one."""
+    if cfg.rollout.first_action != "search":
+        return
+    protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
+    if protocol is None or protocol.runner != "multi_turn" or protocol.query is None:
+        raise ConfigError(f"rollout.first_action=search opens each episode with a search for the policy to finish, "
+                          f"but agent {cfg.agent!r} (policy {cfg.policy}) has no multi-turn search action; "
+                          "set rollout.first_action=free")
+    if cfg.sft.steps and cfg.sft.direct_frac:
+        raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
+                          "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
 
 
 def check_guards(cfg: TrainConfig) -> None:
