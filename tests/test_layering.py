@@ -168,7 +168,7 @@ BLOCK_WEB = """
 import sys
 class _Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"fastapi", "starlette", "uvicorn"}:
+        if name.split(".")[0] in {"fastapi", "starlette", "uvicorn", "faiss"}:
             raise ImportError(f"blocked by the test: {name}")
 sys.meta_path.insert(0, _Block())
 """
@@ -180,14 +180,15 @@ def _run(code: str, tmp_path, block_web: bool = False) -> subprocess.CompletedPr
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_training_and_in_process_retrieval_run_without_the_web_stack(tmp_path):
+def test_training_and_in_process_retrieval_run_without_the_web_stack_or_faiss(tmp_path):
+    """A lent GPU machine has neither (scripts/device/README.md): BM25 training must not import them."""
     out = _run("""
     import sys
     import ragrl.train.trainer, ragrl.train.recipe, ragrl.retrieval.client, ragrl.methods
     from ragrl.retrieval.resolve import cached_bm25_index, make_retriever
     hits = make_retriever(str(cached_bm25_index(None))).search(["the capital of France"], 2)
     assert len(hits) == 1 and len(hits[0]) == 2, hits
-    assert "ragrl.retrieval.server" not in sys.modules
+    assert "ragrl.retrieval.server" not in sys.modules and "faiss" not in sys.modules
     print("ok")
     """, tmp_path, block_web=True)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -7,7 +7,7 @@ from typing import Literal, Optional
 import pytest
 import yaml
 
-from ragrl.yaml_config import config_to_dict, dump_config, load_config, parse_overrides
+from ragrl.yaml_config import config_to_dict, dump_config, load_config, parse_overrides, setting
 from ragrl.errors import ConfigError
 
 
@@ -176,3 +176,35 @@ def test_an_override_inside_an_untyped_mapping_is_resolved_to_its_value():
     cfg = load_train_config("smartrag_ppo", ["reward.smartrag.cost=0.5"], "tiny")
     assert cfg.reward == {"smartrag": {"cost": 0.5, "invalid_penalty": 1.0}}
     assert make_reward(cfg.reward).terms[0].options == {"cost": 0.5, "invalid_penalty": 1.0}
+
+
+@dataclass
+class WithReward:
+    steps: int = setting(1, help="Steps.")
+    reward: dict = setting(factory=lambda: {"f1": 1.0}, whole=True, help="The reward spec.")
+
+
+def test_a_whole_setting_a_child_recipe_sets_replaces_its_bases_in_the_recipe_and_inherited_variants(tmp_path):
+    """R1-Searcher's recipes are children of Search-R1's: their own reward must not gain Search-R1's
+    f1 (nor its tiny variant's format term), as merging did. Within one file a variant still merges
+    into its recipe's reward, and so does --set reward.NAME=W."""
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(
+        {"reward": {"f1": 1.0}, "variants": {"tiny": {"steps": 3, "reward": {"f1": 1.0, "format": 0.2}}}}))
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "reward": {"stage1": 1.0}}))
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(
+        {"base": "base.yaml", "reward": {"stage2": 1.0}, "variants": {"tiny": {"reward": {"extra": 0.5}}}}))
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump({"base": "base.yaml", "steps": 7}))
+    assert load_config(WithReward, tmp_path / "child.yaml").reward == {"stage1": 1.0}
+    tiny = load_config(WithReward, tmp_path / "child.yaml", variant="tiny")
+    assert tiny.reward == {"stage1": 1.0} and tiny.steps == 3      # the variant's sizes are still inherited
+    assert load_config(WithReward, tmp_path / "own.yaml", variant="tiny").reward == {"stage2": 1.0, "extra": 0.5}
+    assert load_config(WithReward, tmp_path / "plain.yaml", variant="tiny").reward == {"f1": 1.0, "format": 0.2}
+    assert load_config(WithReward, tmp_path / "child.yaml", ["reward.format=0.1"]).reward == {"stage1": 1.0, "format": 0.1}
+
+
+def test_the_shipped_r1_searcher_recipes_keep_the_papers_rewards():
+    from ragrl.train.recipe import load_train_config
+
+    for variant in (None, "tiny"):
+        assert load_train_config("r1_searcher_stage1", [], variant).reward == {"r1_searcher_stage1": 1.0}
+        assert load_train_config("r1_searcher_stage2", [], variant).reward == {"r1_searcher_stage2": 1.0}

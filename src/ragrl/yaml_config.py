@@ -3,7 +3,10 @@
 Resolution order (later wins): the `base:` recipe chain, the recipe itself, the chosen
 entry of its `variants:` mapping, then the command-line overrides. Everything is merged
 as plain dicts first and only then checked against the dataclass fields, so every
-mistake (unknown key, wrong type) is reported with its full dotted key. Each field carries
+mistake (unknown key, wrong type) is reported with its full dotted key. A field declared
+`setting(..., whole=True)` (a reward spec) that a child recipe sets replaces its base's whole,
+in the base recipe and in every variant the child inherits: a method's own reward never
+gains its base method's terms. Within one file a variant still merges into its recipe. Each field carries
 its help with `setting(...)` (read by ragrl.config_help: `--explain` and the docs' tables).
 
     @dataclass
@@ -59,14 +62,16 @@ class Choice:
 # ---------------------------------------------------------------- settings with their help
 
 HELP = "help"   # the metadata key of a field's help text (as in TRL's `field(metadata={"help": ...})`)
+WHOLE = "whole"  # the metadata key of setting(..., whole=True): a child recipe replaces the value whole
 
 
 def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
-            help: str) -> Any:  # noqa: A002 (`help`, as TRL's metadata names it)
+            help: str, whole: bool = False) -> Any:  # noqa: A002 (`help`, as TRL's metadata names it)
     """A dataclass field that carries its user-facing help: the one source of what a setting means,
     read by `ragrl train RECIPE --explain` and the settings tables of docs/recipes.md
     (ragrl.config_help). `default` is a plain default, `factory` a default_factory (one of them, or
-    neither for a required field); the help's runs of whitespace become single spaces.
+    neither for a required field); the help's runs of whitespace become single spaces. `whole`: a
+    child recipe that sets this field replaces its base's value instead of merging into it.
 
     >>> @dataclasses.dataclass
     ... class Optim:
@@ -77,7 +82,13 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MI
     """
     if not isinstance(help, str) or not help.strip():
         raise ValueError("setting(): help must be a non-empty text")
-    return dataclasses.field(default=default, default_factory=factory, metadata={HELP: " ".join(help.split())})
+    meta = {HELP: " ".join(help.split()), **({WHOLE: True} if whole else {})}
+    return dataclasses.field(default=default, default_factory=factory, metadata=meta)
+
+
+def whole_fields(cls: type) -> tuple[str, ...]:
+    """The top-level fields of `cls` declared setting(..., whole=True)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata and f.metadata.get(WHOLE))
 
 
 def field_help(f: dataclasses.Field) -> str:
@@ -112,8 +123,9 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return out
 
 
-def read_recipe(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
-    """The recipe's mapping with its `base:` chain merged in (base paths are relative to the file)."""
+def read_recipe(path: str | Path, whole: tuple[str, ...] = (), _chain: tuple[Path, ...] = ()) -> dict:
+    """The recipe's mapping with its `base:` chain merged in (base paths are relative to the file).
+    A `whole` key the recipe sets replaces the base's, also in the variants it inherits."""
     path = Path(path).expanduser().resolve()
     if path in _chain:
         raise ConfigError(f"recipe inheritance loop: {' -> '.join(str(p) for p in (*_chain, path))}")
@@ -123,7 +135,15 @@ def read_recipe(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
         return data
     if not isinstance(base, str):
         raise ConfigError(f"{path}: 'base' must be a path to another recipe, got {base!r}")
-    return deep_merge(read_recipe(path.parent / base, (*_chain, path)), data)
+    inherited = read_recipe(path.parent / base, whole, (*_chain, path))
+    for key in (k for k in whole if k in data):
+        inherited.pop(key, None)
+        variants = inherited.get("variants")
+        if isinstance(variants, Mapping):
+            inherited["variants"] = {name: ({k: v for k, v in chosen.items() if k != key}
+                                            if isinstance(chosen, Mapping) else chosen)
+                                     for name, chosen in variants.items()}
+    return deep_merge(inherited, data)
 
 
 # ---------------------------------------------------------------- overrides
@@ -345,7 +365,7 @@ def config_from_dict(cls: type[T], data: Mapping) -> T:
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
                 *, variant: str | None = None) -> T:
     """Resolve recipe (+ base chain) + variant + overrides into an instance of `cls`."""
-    data = read_recipe(path) if path is not None else {}
+    data = read_recipe(path, whole_fields(cls)) if path is not None else {}
     variants = data.pop("variants", None) or {}
     if not isinstance(variants, Mapping):
         raise ConfigError(f"{path}: 'variants' must map a variant name to overrides")

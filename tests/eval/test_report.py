@@ -58,7 +58,8 @@ def test_report_numbers_recompute_from_jsonl(tmp_path, results):
 def test_report_markdown_table_and_paired_section(tmp_path, results):
     write_report(tmp_path, results, {"model": "m"}, baseline="naive_rag")
     md = (tmp_path / "report.md").read_text()
-    assert "| system | EM [95% CI] | F1 [95% CI] | cover-EM [95% CI] | searches/q |" in md
+    assert ("| system | EM [95% CI] | F1 [95% CI] | cover-EM [95% CI] | search gain [95% CI] | answer@shown | "
+            "searches/q |") in md
     s = results["search_r1/grpo"]["summary"]
     row = next(line for line in md.splitlines() if line.startswith("| search_r1/grpo |"))
     assert f"{s['em']['mean']:.1f} [{s['em']['ci_lo']:.1f}, {s['em']['ci_hi']:.1f}]" in row
@@ -159,3 +160,15 @@ def test_line_plot_shades_a_confidence_band_when_rows_carry_one(tmp_path):
         # the band paints a light fill over many pixels that the plain line leaves white
         white = lambda img: sum(1 for px in img.convert("RGB").getdata() if px == (255, 255, 255))  # noqa: E731
         assert white(band) < white(plain) - 2000
+
+
+def test_the_search_gain_columns_show_where_the_summary_has_them(tmp_path, results):
+    """`ragrl eval` adds the search gain at equal passages to a system whose episodes recorded their
+    passages (eval/search_gain.py); the table shows it with its CI and answer@shown, and n/a elsewhere."""
+    results["search_r1/grpo"]["summary"].update(search_gain={"mean": 4.5, "ci_lo": -1.25, "ci_hi": 10.0, "n": 60},
+                                                answer_shown={"mean": 61.0, "ci_lo": 50.0, "ci_hi": 70.0, "n": 60})
+    write_report(tmp_path, results, {"model": "m"}, baseline="naive_rag")
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    agent = next(line for line in lines if line.startswith("| search_r1/grpo |"))   # the table's row (first)
+    naive = next(line for line in lines if line.startswith("| naive_rag |"))
+    assert "| +4.5 [-1.2, +10.0] | 61.0 |" in agent and "| n/a | n/a |" in naive

@@ -36,10 +36,10 @@ def system_row(trajs: list[Trajectory], wall_s: float, *, n_boot: int = 2000, se
     s = summarize(trajs, wall_s, n_boot=n_boot, seed=seed)
     m = [t.metrics for t in trajs]
     return {"n": len(trajs), **{k: s[k] for k in QA_METRICS},
-            "answer_shown": _ci([x.get("answer_shown") for x in m], 100.0, n_boot, seed),
+            # answer@shown, and the search gain (that minus the question's own top N holding an answer,
+            # N the passages shown), in points: summarize's, over the questions that have them
+            "answer_shown": s.get("answer_shown"), "search_gain": s.get("search_gain"),
             "gold_shown": _ci([x.get("gold_shown") for x in m], 100.0, n_boot, seed),
-            # answer@shown minus the question's own top N holding an answer (N: passages shown), in points
-            "search_gain": _ci([x.get("search_gain") for x in m], 100.0, n_boot, seed),
             "searches": _ci([x.get("searches", 0) for x in m], 1.0, n_boot, seed),
             "tokens": _ci([x.get("gen_tokens", 0) for x in m], 1.0, n_boot, seed),
             "seconds_per_q": wall_s / len(trajs), "format_error_rate": s["format_error_rate"],

@@ -17,8 +17,8 @@ from typing import Callable
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
-from ragrl.eval.search_gain import search_gain_scores, search_gain_summary
-from ragrl.eval.stats import summarize
+from ragrl.eval.search_gain import annotate_search_gain, records_shown_passages
+from ragrl.eval.stats import SEARCH_METRICS, summarize
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
 from ragrl.rollout.multi_turn import TRAINING_ONLY, RolloutConfig, chat_ids
@@ -121,6 +121,8 @@ def evaluate(engine: Engine, retriever: Retriever | None, samples: list[dict], c
             trajs += [score(t) for t in run_system(system, engine, retriever, batch, cfg)]
             if progress:
                 progress(system, len(trajs), len(samples))
+        if system == "agent" and retriever is not None and records_shown_passages(trajs):
+            annotate_search_gain(trajs, retriever)   # what its own searches found, against the question's
         name = cfg.agent if system == "agent" else system
         results[name] = {"trajectories": trajs, "wall_s": time.perf_counter() - t0}
     return results
@@ -139,10 +141,9 @@ def agent_metrics(engine: Engine, retriever: Retriever | None, agent: str, rollo
     out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
            for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
     out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
-    trajs = res["trajectories"]
-    # The search gain where the runner recorded what its searches showed (passage texts: multi-turn).
-    if retriever is not None and trajs and all(text for t in trajs for _, text in t.shown_passages()):
-        out.update(search_gain_summary(search_gain_scores(trajs, retriever), seed=seed))
+    for key in SEARCH_METRICS:   # where evaluate() measured them (eval/search_gain.py)
+        if key in s:
+            out.update({key: s[key]["mean"], f"{key}_lo": s[key]["ci_lo"], f"{key}_hi": s[key]["ci_hi"]})
     if extra_metrics is not None and res["trajectories"]:
         out.update(extra_metrics(res["trajectories"]))
     if per_question:

@@ -29,7 +29,7 @@ from ragrl.eval.stats import (
 )
 from ragrl.rollout.trajectory import Trajectory
 
-TABLE_HEADER = ["system", "EM [95% CI]", "F1 [95% CI]", "cover-EM [95% CI]",
+TABLE_HEADER = ["system", "EM [95% CI]", "F1 [95% CI]", "cover-EM [95% CI]", "search gain [95% CI]", "answer@shown",
                 "searches/q", "turns/q", "tokens/q", "format errors", "wall s"]
 META_KEYS = ("model", "agent", "index", "data_file", "n", "seed", "decoding", "ragrl_version", "date")
 
@@ -88,8 +88,17 @@ def _diff_cell(d: dict) -> str:
     return text
 
 
+def _search_gain_cells(s: dict) -> list[str]:
+    """The search gain at equal passages and answer@shown (eval/search_gain.py), where the system's
+    episodes recorded what their searches showed; n/a elsewhere."""
+    if "search_gain" not in s:
+        return ["n/a", "n/a"]
+    gain = s["search_gain"]
+    return [f"{gain['mean']:+.1f} [{gain['ci_lo']:+.1f}, {gain['ci_hi']:+.1f}]", f"{s['answer_shown']['mean']:.1f}"]
+
+
 def _row_cells(label: str, s: dict) -> list[str]:
-    return [label, *(_ci_cell(s.get(k)) for k in QA_METRICS),
+    return [label, *(_ci_cell(s.get(k)) for k in QA_METRICS), *_search_gain_cells(s),
             f"{s['searches_per_q']:.2f}", f"{s['turns_per_q']:.2f}", f"{s['tokens_per_q']:.1f}",
             f"{100 * s['format_error_rate']:.1f}%", f"{s['wall_time_s']:.1f}"]
 

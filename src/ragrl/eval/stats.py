@@ -15,6 +15,7 @@ from ragrl.errors import RagrlError
 from ragrl.rollout.trajectory import Trajectory
 
 QA_METRICS = ("em", "f1", "cover_em")
+SEARCH_METRICS = ("search_gain", "answer_shown")   # per-question metrics a search-gain measurement writes
 METRIC_TITLES = {"em": "EM", "f1": "F1", "cover_em": "cover-EM"}
 _MAX_DRAWS_PER_CHUNK = 4_000_000  # bounds the [n_boot, n] index matrix to ~32 MB
 
@@ -158,6 +159,13 @@ def summarize(
     summary["tokens_per_q"] = sum(gen_tokens(t) for t in trajs) / n
     summary["format_error_rate"] = sum(t.format_errors > 0 for t in trajs) / n
     summary["answer_rate"] = sum(bool(t.answer and t.answer.strip()) for t in trajs) / n
+    # The search gain at equal passages and answer@shown (eval/search_gain.py, ragrl compare), in
+    # percent with CIs, over the questions that have them (not yes/no), where they were measured.
+    for key in SEARCH_METRICS:
+        values = [t.metrics[key] for t in trajs if t.metrics.get(key) is not None]
+        if values:
+            mean, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
+            summary[key] = {"mean": 100.0 * mean, "ci_lo": 100.0 * lo, "ci_hi": 100.0 * hi, "n": len(values)}
     summary["wall_time_s"] = float(wall_time_s)
     summary["bootstrap"] = {"n_boot": n_boot, "alpha": alpha, "seed": seed}
     if per_question:

@@ -12,8 +12,8 @@ at the model's 256-token limit.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
 from rich.progress import track
 
@@ -21,6 +21,18 @@ from ragrl.errors import IndexMismatchError, RagrlError
 from ragrl.models.embedder import load_embedder
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import Corpus
+
+if TYPE_CHECKING:
+    import faiss
+
+
+
+def _faiss():
+    """faiss, imported when a dense index is built or read, not with ragrl.retrieval: a BM25-only run
+    never needs it, and a lent GPU machine lacks the wheel (18 MiB of a call's 64 MiB carry)."""
+    import faiss  # late: only dense indexes need it (see the docstring)
+    return faiss
+
 
 EMBEDDINGS_FILE = "embeddings.npy"
 HNSW_FILE = "hnsw.faiss"
@@ -56,10 +68,10 @@ def embedding_dim(model) -> int:
 def _faiss_index(embeddings: np.ndarray, hnsw: bool) -> faiss.Index:
     dim = embeddings.shape[1]
     if hnsw:
-        index = faiss.IndexHNSWFlat(dim, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
+        index = _faiss().IndexHNSWFlat(dim, HNSW_NEIGHBOURS, _faiss().METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     else:
-        index = faiss.IndexFlatIP(dim)
+        index = _faiss().IndexFlatIP(dim)
     index.add(embeddings)
     return index
 
@@ -115,7 +127,7 @@ class DenseIndex:
     def search_vectors(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
         """Top-k hits for precomputed query embeddings [n, dim]."""
         # The HNSW beam must be at least k wide; passed per call so concurrent searches don't race.
-        params = faiss.SearchParametersHNSW(efSearch=max(64, 2 * k)) if self.hnsw else None
+        params = _faiss().SearchParametersHNSW(efSearch=max(64, 2 * k)) if self.hnsw else None
         vectors = np.ascontiguousarray(query_vectors, dtype=np.float32)
         scores, rows = self.index.search(vectors, k, params=params)
         # HNSW pads with row -1 when it finds fewer than k neighbours.
@@ -129,7 +141,7 @@ class DenseIndex:
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / EMBEDDINGS_FILE, self.embeddings)
         if self.hnsw:
-            faiss.write_index(self.index, str(directory / HNSW_FILE))
+            _faiss().write_index(self.index, str(directory / HNSW_FILE))
 
     @classmethod
     def load(cls, directory: str | Path, corpus: Corpus, encoder: str, *, hnsw: bool = False) -> "DenseIndex":
@@ -137,7 +149,7 @@ class DenseIndex:
         try:
             embeddings = np.load(directory / EMBEDDINGS_FILE)
             # A flat index is rebuilt from the vectors (a memcpy); an HNSW graph is costly to rebuild.
-            index = faiss.read_index(str(directory / HNSW_FILE)) if hnsw else _faiss_index(embeddings, False)
+            index = _faiss().read_index(str(directory / HNSW_FILE)) if hnsw else _faiss_index(embeddings, False)
         except (OSError, ValueError, RuntimeError) as e:
             raise RagrlError(f"{directory}: dense index files are missing or corrupt ({e})") from None
         if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus) or index.ntotal != len(corpus):

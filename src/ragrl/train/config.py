@@ -310,11 +310,12 @@ class TrainConfig:
         "> 0: evaluate, keep as best and export an exponential moving average of the trained weights "
         "(avg = decay * avg + (1 - decay) * weights after every step); rollouts use the online "
         "weights. 0: off."))
-    reward: dict = setting(factory=lambda: {"f1": 1.0}, help=(
+    reward: dict = setting(factory=lambda: {"f1": 1.0}, whole=True, help=(
         "The reward: registered reward names mapped to a weight, or to {weight: W, <option>: ...} "
         "(e.g. {f1: 1.0, format: 0.2}); the weighted sum scores each trajectory. A child recipe's "
-        "terms merge into its base's."))
-    reward_schedule: list = setting(factory=list, help=(
+        "reward replaces its base's whole (in its variants too); a variant's, and --set "
+        "reward.NAME=W, merge into the recipe's."))
+    reward_schedule: list = setting(factory=list, whole=True, help=(
         "[[from_step, spec], ...], the first from step 0: from each step on, that reward spec "
         "replaces `reward` (a curriculum). Empty: `reward` throughout."))
     model: ModelConfig = setting(factory=ModelConfig, help=(
