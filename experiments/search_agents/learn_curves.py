@@ -1,0 +1,83 @@
+"""Issue #53's learning curves: the held-apart evaluations a run logged while it trained (its start, then
+every `eval_every` steps), for one or more runs side by side (the CPU variant and the GPU run, say).
+
+Panels: the search gain at equal passages, answer@shown, F1 (each with its 95% CI), searches per
+question and format errors, against the RL steps trained. Reads each run's metrics.jsonl only (offline,
+seconds); writes OUT.png and OUT.json (the points plotted).
+
+    .venv/bin/python -m experiments.search_agents.learn_curves \
+        --run "CPU, 4 q x 8=runs/learn_a" --run "H100, 32 q x 8=experiments/search_agents/results/gpu_s1" \
+        --out docs/results/search_agents_learn_curves
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from ragrl.errors import RagrlError
+from ragrl.train.run_dir import read_metrics
+
+PANELS = [("search_gain", "search gain at equal passages (points)"), ("answer_shown", "answer@shown (%)"),
+          ("f1", "F1 (%)"), ("searches", "searches per question"), ("format_error_rate", "format errors (%)")]
+
+
+def evaluations(rows: list[dict]) -> list[dict]:
+    """The evaluations in a run's metrics rows, by steps trained: the start (logged with step 0's row
+    as start/...) at 0, an eval/... row of step s at s + 1."""
+    points = []
+    for prefix, offset in (("start/", 0), ("eval/", 1)):
+        for row in rows:
+            found = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+            if found:
+                points.append({"trained_steps": row["step"] + offset, **found})
+    return sorted(points, key=lambda p: p["trained_steps"])
+
+
+def plot(runs: dict[str, list[dict]], path: Path) -> None:
+    fig = Figure(figsize=(4.2 * len(PANELS), 3.4))
+    for i, (key, title) in enumerate(PANELS):
+        ax = fig.add_subplot(1, len(PANELS), i + 1)
+        for label, points in runs.items():
+            pts = [p for p in points if key in p]
+            xs = [p["trained_steps"] for p in pts]
+            scale = 100.0 if key == "format_error_rate" else 1.0
+            ys = [scale * p[key] for p in pts]
+            line = ax.plot(xs, ys, marker="o", label=label)[0]
+            if pts and f"{key}_lo" in pts[0]:
+                ax.fill_between(xs, [p[f"{key}_lo"] for p in pts], [p[f"{key}_hi"] for p in pts],
+                                color=line.get_color(), alpha=0.15)
+        if key == "search_gain":
+            ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("RL steps trained")
+    fig.axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", action="append", required=True, help="LABEL=RUN_DIR (a folder with metrics.jsonl)")
+    ap.add_argument("--out", required=True, help="output path without suffix (writes .png and .json)")
+    args = ap.parse_args()
+    runs = {}
+    for spec in args.run:
+        label, sep, folder = spec.partition("=")
+        if not sep or not label or not folder:
+            raise RagrlError(f"--run {spec!r}: expected LABEL=RUN_DIR")
+        points = evaluations(read_metrics(Path(folder)))
+        if not points:
+            raise RagrlError(f"--run {spec!r}: {folder}/metrics.jsonl holds no evaluation (eval_start / eval_every)")
+        runs[label] = points
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(runs, out.with_suffix(".png"))
+    out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    print(f"wrote {out.with_suffix('.png')} and .json")
+
+
+if __name__ == "__main__":
+    main()
