@@ -31,12 +31,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def cache_settings(rollout, dtype, skip: int) -> dict:
     """What a cached result was decoded with. The training-only settings (selector_samples,
     generator_samples) are left out: evaluation sets them to 1, so a setting added for training must
-    not invalidate every cached evaluation. skip joins only when set, so entries written before the
-    option existed stay valid."""
+    not invalidate every cached evaluation. skip, and first_action (MMOA's pipeline has no first
+    action to force), join only when set, so entries written before they existed stay valid."""
     from ragrl.rollout.multi_turn import TRAINING_ONLY
 
-    return {**{k: v for k, v in rollout.__dict__.items() if k not in TRAINING_ONLY}, "dtype": str(dtype),
-            **({"skip": skip} if skip else {})}
+    kept = {k: v for k, v in rollout.__dict__.items()
+            if k not in TRAINING_ONLY and not (k == "first_action" and v == "free")}
+    return {**kept, "dtype": str(dtype), **({"skip": skip} if skip else {})}
 
 
 def selector_f1(t) -> float:

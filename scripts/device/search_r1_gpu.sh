@@ -5,7 +5,7 @@
 # curves compare. MINUTES bounds the RL steps as a safety only (a cut run says so in training.json).
 # On the device (scripts/device/README.md), after `bash .dev1/stage1.sh` in the call before:
 #   bash .dev2/search_r1_gpu.sh
-# CPU dry run (tests/test_device_scripts.py): DRY=1 MODEL=DIR OUT=DIR PY=python bash scripts/device/search_r1_gpu.sh --set ...
+# CPU dry run (tests/scripts/test_device_scripts.py): DRY=1 MODEL=DIR OUT=DIR PY=python bash scripts/device/search_r1_gpu.sh --set ...
 # Writes to $OUT: train.log, metrics.jsonl, config.yaml, training.json, curve.json (per step: reward,
 # flat groups, tokens/s, where the step's time went; per evaluation: search gain, answer@shown, F1,
 # searches, format errors), adapter.tgz (the final LoRA adapter, to evaluate on the CPU) and hashes.txt.
