@@ -18,22 +18,10 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ragrl.errors import RagrlError
-from ragrl.train.run_dir import read_metrics
+from ragrl.train.run_dir import evaluation_points, read_metrics
 
 PANELS = [("search_gain", "search gain at equal passages (points)"), ("answer_shown", "answer@shown (%)"),
           ("f1", "F1 (%)"), ("searches", "searches per question"), ("format_error_rate", "format errors (%)")]
-
-
-def evaluations(rows: list[dict]) -> list[dict]:
-    """The evaluations in a run's metrics rows, by steps trained: the start (logged with step 0's row
-    as start/...) at 0, an eval/... row of step s at s + 1."""
-    points = []
-    for prefix, offset in (("start/", 0), ("eval/", 1)):
-        for row in rows:
-            found = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
-            if found:
-                points.append({"trained_steps": row["step"] + offset, **found})
-    return sorted(points, key=lambda p: p["trained_steps"])
 
 
 def plot(runs: dict[str, list[dict]], path: Path) -> None:
@@ -68,7 +56,7 @@ def main() -> None:
         label, sep, folder = spec.partition("=")
         if not sep or not label or not folder:
             raise RagrlError(f"--run {spec!r}: expected LABEL=RUN_DIR")
-        points = evaluations(read_metrics(Path(folder)))
+        points = evaluation_points(read_metrics(Path(folder)))
         if not points:
             raise RagrlError(f"--run {spec!r}: {folder}/metrics.jsonl holds no evaluation (eval_start / eval_every)")
         runs[label] = points

@@ -41,15 +41,13 @@ for f in metrics.jsonl config.yaml training.json; do [ -f "$RUN/$f" ] && cp "$RU
 "$PY" - "$RUN" "$OUT/curve.json" <<'PY'
 import json, sys
 from pathlib import Path
+from ragrl.train.run_dir import evaluation_points, read_metrics
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
-rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if l.strip()] if (run / "metrics.jsonl").exists() else []
+rows = read_metrics(run)
 steps = [{k: r.get(k) for k in ("step", "reward_mean", "flat_group_frac", "searches", "format_error_rate", "tokens_per_s",
                                 "time/rollout_s", "time/generate_s", "time/retrieval_s", "time/reward_s", "time/update_s",
                                 "time/step_s")} for r in rows if "reward_mean" in r]
-# trained_steps: 0 for the start (logged with step 0's row as start/...), s + 1 after step s
-evals = [{"trained_steps": r["step"] + (prefix == "eval/"), **{k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)}}
-         for prefix in ("start/", "eval/") for r in rows if any(k.startswith(prefix) for k in r)]
-evals.sort(key=lambda e: e["trained_steps"])
+evals = evaluation_points(rows)
 out.write_text(json.dumps({"steps": steps, "evals": evals}, indent=1))
 print(f"{len(steps)} steps, {len(evals)} evaluations")
 for e in evals:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import answer_in, is_yes_no
-from ragrl.rewards.search import first_answer_rank
+from ragrl.rewards.search import QUESTION_RANK, question_answer_ranks
 from ragrl.rollout.trajectory import Trajectory
 
 QUESTION_DEPTH = 30   # how deep the question's own search goes (deeper where an agent was shown more)
@@ -43,23 +43,21 @@ def annotate_search_gain(trajs: Sequence[Trajectory], retriever: Retriever) -> N
     >>> {k: ts[2].metrics[k] for k in ("answer_shown", "question_shown", "search_gain", "shown")}
     {'answer_shown': 1.0, 'question_shown': 0.0, 'search_gain': 1.0, 'shown': 1}
     """
-    todo: list[tuple[Trajectory, list[str]]] = []
-    for t in trajs:
-        texts = [text for _, text in t.shown_passages()]
+    if not trajs:
+        return
+    shown = [[text for _, text in t.shown_passages()] for t in trajs]
+    # the question's own search, as search_gain's reward reads it: one batched call, the rank of the
+    # first answer-bearing passage within the depth (None: none, or a yes/no question)
+    questions = [{"question": t.question, "answers": t.golds} for t in trajs]
+    question_answer_ranks(questions, retriever, max(QUESTION_DEPTH, *map(len, shown)))
+    for t, texts, q in zip(trajs, shown, questions):
         t.metrics["shown"] = len(texts)
         if is_yes_no(t.golds):
             t.metrics.update(answer_shown=None, question_shown=None, search_gain=None)
             continue
-        t.metrics["answer_shown"] = answer_in(texts, t.golds) if texts else 0.0
-        todo.append((t, texts))
-    if not todo:
-        return
-    depth = max(QUESTION_DEPTH, max(len(texts) for _, texts in todo))
-    hits = retriever.search([t.question for t, _ in todo], depth)
-    for (t, texts), found in zip(todo, hits):
-        rank = first_answer_rank([h.full_text for h in found], t.golds)
-        question_shown = float(rank is not None and rank <= len(texts))
-        t.metrics.update(question_shown=question_shown, search_gain=t.metrics["answer_shown"] - question_shown)
+        answer_shown = answer_in(texts, t.golds)
+        question_shown = float(q[QUESTION_RANK] is not None and q[QUESTION_RANK] <= len(texts))
+        t.metrics.update(answer_shown=answer_shown, question_shown=question_shown, search_gain=answer_shown - question_shown)
 
 
 def records_shown_passages(trajs: Sequence[Trajectory]) -> bool:

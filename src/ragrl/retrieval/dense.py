@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     import faiss
 
 
-
 def _faiss():
     """faiss, imported when a dense index is built or read, not with ragrl.retrieval: a BM25-only run
     never needs it, and a lent GPU machine lacks the wheel (18 MiB of a call's 64 MiB carry)."""

@@ -288,3 +288,19 @@ def _atomic_write(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def evaluation_points(rows: list[dict]) -> list[dict]:
+    """The held-apart evaluations in a run's metrics rows, by RL steps trained: the start (the trainer
+    logs it with step 0's row as start/...) at 0, and an eval/... row of step s at s + 1.
+
+    >>> evaluation_points([{"step": 0, "start/f1": 10.0, "eval/f1": 11.0, "reward_mean": 0.1}, {"step": 1}])
+    [{'trained_steps': 0, 'f1': 10.0}, {'trained_steps': 1, 'f1': 11.0}]
+    """
+    points = []
+    for prefix, offset in (("start/", 0), ("eval/", 1)):
+        for row in rows:
+            found = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+            if found:
+                points.append({"trained_steps": row["step"] + offset, **found})
+    return sorted(points, key=lambda p: p["trained_steps"])
