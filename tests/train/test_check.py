@@ -51,6 +51,10 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     # the tiny variant's warm start teaches a quarter of direct answers, which a forced search forbids
     (["rollout.first_action=search"], "sft.direct_frac=0.25 teaches answers without a search"),
     (["rollout.first_action=search", "sft.direct_frac=0", "agent=mmoa"], "agent 'mmoa' .* has no multi-turn search"),
+    (["experts_per_group=-1"], "experts_per_group must be >= 0, got -1"),
+    (["experts_per_group=1", "agent=mmoa"], "experts_per_group=1 adds gold search episodes .* agent 'mmoa'"),
+    (["experts_per_group=1", "algo.estimator=gae", "algo.value_coef=0.5"],
+     "experts_per_group=1: .* algo.estimator=gae compares no group"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
     from ragrl.train import setup

@@ -29,14 +29,13 @@ from ragrl.eval.baselines import naive_rag_messages
 from ragrl.eval.cache import adapter_digest
 from ragrl.eval.harness import EvalConfig, run_single_turn, run_system, score
 from ragrl.eval.report import load_trajectories, write_trajectories
-from ragrl.eval.retrieval import gold_recall
 from ragrl.eval.search_gain import QUESTION_DEPTH
 from ragrl.eval.search_payoff import search_events, search_payoff
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
 from ragrl.retrieval.corpus import Corpus
 from ragrl.rewards.qa import answer_in, is_yes_no
-from ragrl.rewards.search import first_answer_rank
+from ragrl.rewards.search import first_answer_rank, gold_recall
 from ragrl.rollout.multi_turn import TRAINING_ONLY
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.runners import run_agent

@@ -15,6 +15,7 @@ import time
 from ragrl.datasets import load_questions, with_heuristic_gold
 from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
 from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
+from ragrl.rewards.search import gold_recall
 
 # The held-out multi-hop sets whose evidence passages are in the data kit's corpus. 2Wiki's
 # evidence is the kit's heuristic (`with_heuristic_gold`); reports say so.
@@ -27,16 +28,6 @@ def load_held_out(sets: dict[str, str] | None = None) -> dict[str, list[dict]]:
     rows have no gold passages."""
 
     return {name: with_heuristic_gold(load_questions(path)) for name, path in (sets or HELD_OUT_SETS).items()}
-
-
-def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
-    """The share of `gold_ids` among `hit_ids` (0.0 without gold ids).
-
-    >>> gold_recall(["a", "b", "c"], ["b", "z"])
-    0.5
-    """
-    golds = set(gold_ids)
-    return len(golds & set(hit_ids)) / len(golds) if golds else 0.0
 
 
 def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = False,

@@ -53,8 +53,13 @@ def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:
 
 
 def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retriever, passages: dict[str, Hit],
-                     cfg: RolloutConfig, rng: random.Random) -> Trajectory:
-    """One gold episode: search the question, then each further gold title, then answer."""
+                     cfg: RolloutConfig, rng: random.Random, insert_gold: bool = True,
+                     opening_masked: bool = False) -> Trajectory:
+    """One gold episode: search the question, then each further gold title, then answer.
+
+    insert_gold=False keeps the index's own results (an expert episode in an RL group is scored on
+    what its queries found); opening_masked=True writes the first search's opening as the runner
+    does under `rollout.first_action: search` (its own tokens, out of the loss)."""
     golds = [passages[i] for i in sample.get("gold_passage_ids", []) if i in passages]
     rng.shuffle(golds)
     # Search first for the passage the question names (the bridge); its title is usually in it.
@@ -71,21 +76,40 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     for turn_i, qs in enumerate(plan):
         action = render_search(protocol, qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
         hits = retriever.search(qs, cfg.topk)
-        if multi:
+        if insert_gold and multi:
             hits = [_with_gold(hs, [g] if j < len(golds) and (g := golds[j]) else [], cfg.topk)
                     for j, hs in enumerate(hits)]
-        else:
+        elif insert_gold:
             hits = [_with_gold(hits[0], gold_plan[turn_i] if turn_i < len(gold_plan) else [], cfg.topk)]
         obs, obs_ids = build_observation(tok, protocol, qs, hits, cfg)
-        _append(t, tok, action, obs_ids)
+        if turn_i == 0 and opening_masked:
+            opening = protocol.search_opening(thoughts[0])
+            _append(t, tok, opening, [], masked=True)
+            t.prompt_len = len(t.token_ids)   # as the runner counts it: the opening is the prompt's
+            _append(t, tok, action[len(opening):], obs_ids)
+        else:
+            _append(t, tok, action, obs_ids)
         t.turns.append(Turn(action_text=action, kind="search", queries=qs,
-                            passage_ids=[[h.id for h in hs] for hs in hits], observation=obs))
+                            passage_ids=[[h.id for h in hs] for hs in hits],
+                            passage_titles=[[h.title for h in hs] for hs in hits],
+                            passage_texts=[[h.full_text for h in hs] for hs in hits], observation=obs))
         t.num_searches += 1
     # No thought between the documents and the answer: a fixed sentence there ("The documents
     # give the answer.") became the answer itself in a third of a warm-started policy's episodes
     # (measured on the train-only dev split), and such episodes score 0, so RL learnt to stop
     # searching. The answer now follows the documents directly, which the protocol allows.
     return _finish(t, tok, protocol, sample["answers"][0], None)
+
+
+def expert_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retriever, passages: dict[str, Hit],
+                      cfg: RolloutConfig, rng: random.Random) -> Trajectory | None:
+    """An expert episode for an RL group (DAVID-GRPO's expert bootstrapping): the gold episode's
+    queries (the question, then the further gold titles) with the index's own results, nothing put
+    in, so the group's reward scores what those queries really find. None where its observations
+    show no gold answer: an expert that answers what it was not shown would teach guessing."""
+    t = synth_trajectory(tok, protocol, sample, retriever, passages, cfg, rng, insert_gold=False,
+                         opening_masked=cfg.first_action == "search")
+    return t if answer_visible(t) else None
 
 
 def direct_trajectory(tok, protocol: TextProtocol, sample: dict) -> Trajectory:
@@ -111,10 +135,10 @@ def _finish(t: Trajectory, tok, protocol: TextProtocol, answer: str, thought: st
     return t
 
 
-def _append(t: Trajectory, tok, action: str, obs_ids: list[int]) -> None:
+def _append(t: Trajectory, tok, action: str, obs_ids: list[int], masked: bool = False) -> None:
     a = tok.encode(action, add_special_tokens=False)
     t.token_ids += a + obs_ids
-    t.action_mask += [1] * len(a) + [0] * len(obs_ids)
+    t.action_mask += [0 if masked else 1] * len(a) + [0] * len(obs_ids)
     t.logprobs += [0.0] * (len(a) + len(obs_ids))
 
 

@@ -42,6 +42,17 @@ def retrieval_reward(completion, sample=None, bonus: float = 0.5, protocol: str 
     return bonus if search_count(completion, protocol) >= 1 else 0.0
 
 
+def gold_recall(hit_ids: list[str], gold_ids: list[str]) -> float:
+    """The share of `gold_ids` among `hit_ids` (0.0 without gold ids): the one gold recall that the
+    reward, training's step rows, `ragrl eval` and `ragrl compare` all read.
+
+    >>> gold_recall(["a", "b", "c"], ["b", "z"])
+    0.5
+    """
+    golds = set(gold_ids)
+    return len(golds & set(hit_ids)) / len(golds) if golds else 0.0
+
+
 def gold_recall_reward(completion, sample) -> float:
     """Fraction of the sample's `gold_passage_ids` that the rollout retrieved (any turn).
 
@@ -50,10 +61,7 @@ def gold_recall_reward(completion, sample) -> float:
     """
     if not isinstance(completion, Trajectory):
         raise RagrlError("gold_recall needs a Trajectory (text holds no passage ids)")
-    golds = set((sample or {}).get("gold_passage_ids") or [])
-    if not golds:
-        return 0.0
-    return len(golds & set(completion.retrieved_ids)) / len(golds)
+    return gold_recall(completion.retrieved_ids, (sample or {}).get("gold_passage_ids") or [])
 
 
 def answer_in_docs_reward(completion, sample) -> float:

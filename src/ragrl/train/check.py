@@ -39,7 +39,7 @@ RANGES: dict[str, str] = {
         "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "algo.kl_horizon",
         "guard.nonfinite_steps", "guard.window", "guard.patience"), "[1, inf)"),
     **dict.fromkeys((
-        "warmup_steps", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
+        "warmup_steps", "experts_per_group", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
         "algo.clip_high", "algo.kl_coef", "algo.value_coef", "algo.entropy_coef", "rollout.max_searches",
         "rollout.temperature", "retriever.generator_temperature", "retriever.history_branches",
         "guard.entropy_floor", "guard.max_rollbacks", "guard.retrieval_wait_s"), "[0, inf)"),
@@ -139,6 +139,7 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "periodic evaluations, and there are none")
     check_agents(cfg)
     check_first_action(cfg)
+    check_experts(cfg)
     check_guards(cfg)
     check_trackers(cfg.report_to)   # a tracker asked for is installed, and named once
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
@@ -180,6 +181,22 @@ def check_first_action(cfg: TrainConfig) -> None:
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
                           "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
+
+
+def check_experts(cfg: TrainConfig) -> None:
+    """experts_per_group > 0 needs an LM policy whose multi-turn protocol has a search action (the expert
+    episode is that protocol's gold search episode), and a group-relative estimator to compare it in."""
+    n = cfg.experts_per_group
+    if n == 0:
+        return
+    protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
+    if protocol is None or protocol.runner != "multi_turn" or protocol.query is None:
+        raise ConfigError(f"experts_per_group={n} adds gold search episodes to each group, but agent {cfg.agent!r} "
+                          f"(policy {cfg.policy}) has no multi-turn search action; set experts_per_group=0")
+    if "group_ids" not in ADVANTAGE_ESTIMATORS[cfg.algo.estimator].needs:
+        raise ConfigError(f"experts_per_group={n}: an expert episode joins its question's group, and "
+                          f"algo.estimator={cfg.algo.estimator} compares no group; use a group estimator "
+                          "(grpo, rloo, dr_grpo, ...) or set experts_per_group=0")
 
 
 def check_guards(cfg: TrainConfig) -> None:
@@ -259,26 +276,30 @@ def check_everything(cfg: TrainConfig) -> list[str]:
 
 
 def check_warm_start_gold(cfg: TrainConfig, rows: list[dict]) -> str | None:
-    """The core's SFT warm start (sft.builder gold_search) builds its episodes from the training
-    questions' gold_passage_ids, looked up in the corpus the run searches: a file without them fails
-    only once the model has loaded, and ids the corpus lacks warm-start on no gold passage at all."""
-    if cfg.policy != "lm" or cfg.sft.steps <= 0 or cfg.model.init_adapter or cfg.sft.builder != "gold_search":
+    """The core's SFT warm start (sft.builder gold_search) and the expert episodes (experts_per_group)
+    are built from the training questions' gold_passage_ids, looked up in the corpus the run searches:
+    a file without them fails only once the model has loaded, and ids the corpus lacks would build
+    on no gold passage at all."""
+    sft = cfg.policy == "lm" and cfg.sft.steps > 0 and not cfg.model.init_adapter and cfg.sft.builder == "gold_search"
+    if not sft and not cfg.experts_per_group:
         return None
+    what, user, off = ((f"sft.steps={cfg.sft.steps}", "the SFT warm start", "sft.steps=0 to start RL from the base model")
+                       if sft else (f"experts_per_group={cfg.experts_per_group}", "the expert episodes",
+                                    "experts_per_group=0"))
     gold = {pid for r in rows for pid in r.get("gold_passage_ids") or []}
     if not gold:
-        raise ConfigError(f"sft.steps={cfg.sft.steps}: the SFT warm start needs training questions with "
-                          f"gold_passage_ids, and {cfg.data.train} has none: add them, or --set sft.steps=0 "
-                          "to start RL from the base model")
+        raise ConfigError(f"{what}: {user} need training questions with gold_passage_ids, and {cfg.data.train} "
+                          f"has none: add them, or --set {off}")
     path = corpus_of(cfg.data.index, cfg.data.corpus)
     corpus = load_corpus(path)
     found = sum(isinstance(pid, str) and corpus.row(pid) is not None for pid in gold)
     if not found:
-        raise ConfigError(f"sft.steps={cfg.sft.steps}: none of the {len(gold)} gold_passage_ids of "
+        raise ConfigError(f"{what}: none of the {len(gold)} gold_passage_ids of "
                           f"{cfg.data.train} is a passage id of {path} (the corpus the run searches, e.g. "
                           f"{sorted(map(str, gold))[0]!r}); point data.index or data.corpus at their corpus, "
-                          "or --set sft.steps=0")
+                          f"or --set {off}")
     with_gold = sum(bool(r.get("gold_passage_ids")) for r in rows)
-    return (f"SFT warm start: {with_gold} training questions with gold passages "
+    return (f"{'SFT warm start' if sft else 'Expert episodes'}: {with_gold} training questions with gold passages "
             f"({found} of {len(gold)} ids in {path.name})")
 
 

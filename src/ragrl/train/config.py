@@ -267,6 +267,13 @@ class TrainConfig:
     questions_per_step: int = setting(4, help=(
         "Questions per RL step over all ranks (a multiple of the number of ranks), each sampled "
         "rollout.n times."))
+    experts_per_group: int = setting(0, help=(
+        "Expert episodes added to each question's group (DAVID-GRPO's expert bootstrapping): they "
+        "search the question, then the further gold passages' titles, read the index's own results "
+        "and answer with the gold answer; scored by the reward like any sample, with the current "
+        "policy's log-probs as their old ones. A question whose expert is shown no gold answer gets "
+        "none. Needs gold_passage_ids in data.train, a multi-turn search protocol and a group "
+        "estimator (grpo, rloo, ...). 0: none."))
     lr: float = setting(2e-5, help="AdamW's learning rate for the RL updates (peak, after warm-up).")
     lr_schedule: Literal["constant", "linear", "cosine"] = setting("constant", help=(
         "Learning rate after warm-up: constant, or decaying to 0 at the last step, linearly or "

@@ -22,13 +22,11 @@ from ragrl.errors import ConfigError
 from ragrl.methods.base import METHODS, sft_builders
 from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_trajectory
 from ragrl.policy.lm_model import build_policy, freeze_reference
-from ragrl.retrieval.base import Hit
-from ragrl.retrieval.corpus import load_corpus
-from ragrl.retrieval.resolve import corpus_of
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
 from ragrl.train.distributed import close_distributed, dist_info
+from ragrl.train.experts import corpus_passages
 from ragrl.train.progress import sft_progress
 from ragrl.train.run_dir import prepare_run_dir, record_stage, setup_file_logging
 from ragrl.train.setup import default_retriever
@@ -118,8 +116,7 @@ def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
     frac = cfg.sft.direct_frac
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
-    corpus = load_corpus(corpus_of(cfg.data.index, cfg.data.corpus))
-    passages = {corpus.ids[i]: Hit(corpus.ids[i], corpus.titles[i], corpus.texts[i], 0.0) for i in range(len(corpus))}
+    passages = corpus_passages(cfg.data.index, cfg.data.corpus)
     protocol = get_protocol(cfg.agent)
     rng = random.Random(cfg.seed)
     samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]

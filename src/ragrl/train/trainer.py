@@ -40,7 +40,7 @@ from ragrl.policy.fsdp import (
 )
 from ragrl.retrieval.client import RetrievalUnavailable
 from ragrl.rewards.registry import make_reward, reward_needs
-from ragrl.rewards.search import question_answer_ranks
+from ragrl.rewards.search import gold_recall, question_answer_ranks
 from ragrl.rewards.schedule import RewardSchedule
 from ragrl.train.averaging import WeightAverage
 from ragrl.train.check import check_combinations
@@ -56,6 +56,7 @@ from ragrl.train.distributed import (
     wants_sharded_optimizer,
     wants_sharded_params,
 )
+from ragrl.train.experts import ExpertSource, take_policy_logprobs
 from ragrl.train.guards import CollapseWatch, Trip, sampled_entropy, scale_learning_rate
 from ragrl.train.progress import TrainProgress
 from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
@@ -113,6 +114,7 @@ class Trainer:
         self.setup = build_setup(cfg, retriever=retriever, model_bundle=model_bundle)
         self.policy = self.setup.policy
         self.model = self.policy.module
+        self.experts = ExpertSource(cfg, self.setup.extras) if cfg.experts_per_group else None
         # FSDP2 swaps each weight for its shard in place, so it comes before the optimizer is
         # built; the engine keeps the same module (rollouts run inside `full_params`).
         self.params_sharded = wants_sharded_params(cfg.shard_params, self.world)
@@ -380,19 +382,22 @@ class Trainer:
         if reward_needs(reward_fn, "needs_question_rank"):   # search_gain: what the question's own search finds
             r = cfg.rollout
             question_answer_ranks(samples, self.setup.extras["retriever"], max(r.max_turns * r.max_queries_per_call * r.topk, 10))
-        for t in trajs:
+        experts = self.experts(samples, trajs, self.step) if self.experts is not None else []
+        for t in trajs + experts:
             sample = by_id[t.sample_id]
             t.reward = float(reward_fn(t, sample))
             if t.stop_reason == "timeout" and cfg.guard.timeout_reward is not None:
                 t.reward = cfg.guard.timeout_reward   # the recipe's rule for an episode cut by a wall-time bound
             score(t)
             if sample.get("gold_passage_ids"):
-                golds = set(sample["gold_passage_ids"])
-                t.metrics["gold_recall"] = len(golds & set(t.retrieved_ids)) / len(golds)
+                t.metrics["gold_recall"] = gold_recall(t.retrieved_ids, sample["gold_passage_ids"])
         t_reward = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.policy.train()
         learn = [t for t in trajs if self.setup.trains(t)]
+        if experts:   # their old log-probs: the policy's before this step's update, as a sample's are
+            take_policy_logprobs(self.policy, experts, cfg.algo.micro_batch_size)
+            learn += experts
         if not learn:
             raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
         batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
@@ -421,6 +426,9 @@ class Trainer:
         t_update = time.perf_counter() - t0
         row = self._row(trajs, rstats, ustats, prep.stats if prep is not None else {}, t_rollout, t_reward, t_update,
                         time.perf_counter() - t_start)
+        if cfg.experts_per_group:   # the row's other means are the policy's own samples'
+            row["experts"] = float(len(experts))
+            row["expert_reward"] = sum(t.reward for t in experts) / len(experts) if experts else float("nan")
         if cfg.log_trajectories_every and self.step % cfg.log_trajectories_every == 0 and self.rank == 0:
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
             write_trajectories(self.run_dir / "trajectories" / f"step_{self.step:06d}.jsonl", trajs)

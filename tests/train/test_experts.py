@@ -1,0 +1,143 @@
+"""Expert episodes in the RL group (experts_per_group): the token layout a rollout of the same
+actions has, the index's own results with nothing put in, the group of their question, and the
+policy's own log-probs as their old ones."""
+import json
+import random
+
+import pytest
+import torch
+
+from ragrl.datasets import load_questions
+from ragrl.methods.synthetic import expert_trajectory, synth_trajectory
+from ragrl.paths import DEMO_CORPUS
+from ragrl.policy.lm import LMPolicy
+from ragrl.policy.lm_model import build_policy, forward_actions
+from ragrl.retrieval.resolve import make_retriever
+from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.protocol import get_protocol
+from ragrl.rollout.trajectory import Trajectory
+from ragrl.train.config import ModelConfig
+import ragrl.train.trainer as trainer_module
+from ragrl.train.experts import corpus_passages, expert_episodes, take_policy_logprobs
+from ragrl.train.recipe import load_train_config, run_recipe
+from ragrl.train.update import ppo_update
+from tests.rollout.scripted import ScriptedEngine
+from tests.train.test_recipe import one_step_overrides
+
+CFG = RolloutConfig(max_turns=3, topk=3, passage_words=30, max_obs_tokens=160, max_turn_tokens=64,
+                    max_response_tokens=1024, first_action="search")
+
+
+@pytest.fixture(scope="module")
+def passages():
+    return corpus_passages(None, str(DEMO_CORPUS))
+
+
+@pytest.fixture(scope="module")
+def retriever(demo_bm25_dir):
+    return make_retriever(str(demo_bm25_dir))
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return [s for s in load_questions("demo-train") if len(s.get("gold_passage_ids", [])) == 2]
+
+
+def test_an_expert_episode_has_the_layout_of_a_rollout_that_took_its_actions(smollm2_policy, retriever, passages,
+                                                                              samples):
+    """Played through the real runner (a scripted engine writes the expert's actions, the opening
+    left to the runner as first_action=search does), the same actions give the same tokens, mask,
+    prompt length and retrieved passages: the expert is an episode the policy could have sampled."""
+    _, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    sample = next(s for s in samples if expert_trajectory(tok, protocol, s, retriever, passages, CFG,
+                                                          random.Random(0)) is not None)
+    expert = expert_trajectory(tok, protocol, sample, retriever, passages, CFG, random.Random(0))
+    assert expert.num_searches == 2 and expert.turns[1].queries != [sample["question"]]
+    opening = protocol.search_opening()
+    actions = [turn.action_text for turn in expert.turns]
+    assert actions[0].startswith(opening)
+    engine = ScriptedEngine(tok, protocol, {sample["question"]: [actions[0][len(opening):]] + actions[1:]})
+    [played], _ = run_episodes(engine, protocol, retriever, [sample], CFG)
+    assert played.token_ids == expert.token_ids and played.action_mask == expert.action_mask
+    assert played.prompt_len == expert.prompt_len
+    assert [t.passage_ids for t in played.turns] == [t.passage_ids for t in expert.turns]
+    assert [t.passage_texts for t in played.turns] == [t.passage_texts for t in expert.turns]
+    assert played.answer == expert.answer == sample["answers"][0]
+
+
+def test_an_expert_reads_the_index_own_results_where_the_warm_start_puts_the_gold_in(smollm2_policy, retriever,
+                                                                                     passages, samples):
+    _, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    differs = 0
+    for s in samples[:12]:
+        t = synth_trajectory(tok, protocol, s, retriever, passages, CFG, random.Random(0), insert_gold=False)
+        for turn in t.turns[:-1]:
+            assert turn.passage_ids == [[h.id for h in hs] for hs in retriever.search(turn.queries, CFG.topk)]
+        warm = synth_trajectory(tok, protocol, s, retriever, passages, CFG, random.Random(0))
+        differs += [x.passage_ids for x in warm.turns] != [x.passage_ids for x in t.turns]
+    assert differs > 0   # the warm start's episodes did put a missed gold passage in
+
+
+def test_no_expert_where_its_searches_show_no_gold_answer(smollm2_policy, retriever, passages, samples):
+    _, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    unseen = dict(samples[0], answers=["zqxv unseen answer"])
+    assert expert_trajectory(tok, protocol, unseen, retriever, passages, CFG, random.Random(0)) is None
+
+
+def test_experts_join_their_question_group_and_questions_without_gold_get_none(smollm2_policy, retriever,
+                                                                               passages, samples):
+    _, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    shown = [s for s in samples
+             if expert_trajectory(tok, protocol, s, retriever, passages, CFG, random.Random(0)) is not None][:2]
+    no_gold = {"id": "nogold", "question": "Who?", "answers": ["x"]}
+    qs = shown + [no_gold]
+    rollouts = [Trajectory(str(s["id"]), s["question"], s["answers"], [1], [0], [0.0], 1, group=10 + i)
+                for i, s in enumerate(qs) for _ in range(2)]
+    out = expert_episodes(tok, protocol, qs, rollouts, retriever, passages, CFG, per_group=2, seed=0)
+    assert [(t.sample_id, t.group) for t in out] == [(str(shown[0]["id"]), 10)] * 2 + [(str(shown[1]["id"]), 11)] * 2
+    assert all(t.metrics["expert"] for t in out)
+
+
+def test_take_policy_logprobs_writes_the_policy_own_logprobs_on_action_tokens(tiny_model_dir):
+    model, tok, _ = build_policy(ModelConfig(name=str(tiny_model_dir), lora=True, lora_r=4, dtype="float32"))
+    policy = LMPolicy(model, tok, None)
+    ids = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14]]
+    masks = [[0, 0, 1, 1, 0, 1], [0, 1, 1, 0]]
+    trajs = [Trajectory("q", "q", ["a"], i, m, [0.0] * len(i), 1) for i, m in zip(ids, masks)]
+    take_policy_logprobs(policy, trajs, micro_batch_size=1)
+    for t in trajs:
+        with torch.no_grad():
+            want = forward_actions(model, torch.tensor([t.token_ids]), torch.ones(1, len(t.token_ids), dtype=torch.long),
+                                   torch.tensor([t.action_mask], dtype=torch.float32))["logprobs"][0]
+        assert [v == 0.0 for v in t.logprobs] == [m == 0 for m in t.action_mask]
+        assert t.logprobs == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_a_step_with_experts_learns_from_them_and_reports_them_apart(tmp_path, tiny_model_dir, demo_bm25_dir,
+                                                                     small_dense_dir, monkeypatch):
+    """One real step of the learn variant with experts_per_group=1: the update's batch holds the
+    policy's samples and the experts, each expert in its question's group, and the step's row
+    counts them (`experts`, `expert_reward`) while its other means stay the policy's own."""
+    seen = []
+
+    def spy(policy, optimizer, prep, *args, **kwargs):   # the real update, its batch recorded
+        seen.append((len(prep.batch), prep.batch.group_ids.tolist()))
+        return ppo_update(policy, optimizer, prep, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "ppo_update", spy)
+    base = load_train_config("search_r1_grpo", [], "learn")
+    sets = one_step_overrides(base, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
+    cfg = load_train_config("search_r1_grpo", sets + ["experts_per_group=1", "sft.steps=0", "questions_per_step=4",
+                                                      "log_trajectories_every=1"], "learn")
+    run_dir = run_recipe(cfg)
+    [row] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert row["experts"] >= 1 and 0 < row["expert_reward"] <= 1.2 + 1e-6
+    [(rows, groups)] = seen
+    assert rows == 4 * 2 + row["experts"]
+    assert sorted(set(groups)) == sorted(set(groups[:8])) and len(set(groups)) == 4   # no group of their own
+    logged = [json.loads(line) for line in (run_dir / "trajectories" / "step_000000.jsonl").read_text().splitlines()]
+    assert len(logged) == 8 and not any(t["metrics"].get("expert") for t in logged)
