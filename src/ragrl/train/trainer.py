@@ -393,11 +393,10 @@ class Trainer:
                 t.metrics["gold_recall"] = gold_recall(t.retrieved_ids, sample["gold_passage_ids"])
         t_reward = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.policy.train()
-        learn = [t for t in trajs if self.setup.trains(t)]
-        if experts:   # their old log-probs: the policy's before this step's update, as a sample's are
+        if experts:   # their old log-probs: the policy's before this step's update (eval mode, as it sampled)
             take_policy_logprobs(self.policy, experts, cfg.algo.micro_batch_size)
-            learn += experts
+        self.policy.train()
+        learn = [t for t in trajs if self.setup.trains(t)] + experts
         if not learn:
             raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
         batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
