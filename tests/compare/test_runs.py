@@ -75,6 +75,20 @@ def test_training_time_adds_the_stages_and_an_earlier_stage_run(tmp_path):
     assert "after stage1" in t["how"] and "rl 4.0 min + rl 1.0 min" in t["how"]
 
 
+def test_a_run_started_from_another_run_sft_adapter_adds_that_sft_stage_alone(tmp_path):
+    """Search-R1's learn candidates B-E start from A's warm start (runs/learn_a/sft/adapter): A's RL is
+    not part of their training, its SFT is."""
+    a, b = tmp_path / "learn_a", tmp_path / "learn_b"
+    for d, stages in ((a, [("sft", 630.0), ("rl", 3864.0)]), (b, [("rl", 2454.0)])):
+        (d / "sft" / "adapter").mkdir(parents=True)
+        (d / "config.yaml").write_text("{}\n")
+        (d / "training.json").write_text(json.dumps({"stages": [
+            {"stage": s, "seconds": sec, "machine": "CPU: test, 2 cores", "date": "2026-11-28"} for s, sec in stages]}))
+    t = training_time(RunRecord(b, "learn_b", TrainConfig(), None, "agent", b / "final_adapter", a / "sft" / "adapter", DEMO))
+    assert t["seconds"] == 2454 + 630
+    assert "after learn_a (its SFT stage) (sft 10.5 min)" in t["how"]
+
+
 def test_training_time_falls_back_to_the_rl_steps(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "time/step_s": 2.5}) + "\n" for i in range(4)))
     t = training_time(RunRecord(tmp_path, "r", TrainConfig(), None, "agent", tmp_path, None, DEMO))

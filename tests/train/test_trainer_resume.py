@@ -127,6 +127,26 @@ def test_sigkill_mid_run_then_resume_matches_the_uninterrupted_run(env, referenc
     assert "resumed from step_000002 at step 2" in (out / "train.log").read_text()
 
 
+def test_sigterm_mid_run_records_the_stage_then_resume_matches_the_uninterrupted_run(env, reference):
+    """`kill` (SIGTERM) is a stop, not a crash: the run exits 143 after its `finally` blocks ran, so
+    its training.json holds the RL stage it had run, and --resume gives the reference's rows."""
+    out = env["root"] / "terminated"
+    proc = start(env, out, steps=4, save_every=1)
+    deadline = time.monotonic() + 300
+    while len(read_metrics(out)) < 2:
+        assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before the stop point"
+        assert time.monotonic() < deadline, "timed out waiting for the stop point"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143, proc.log_path.read_text()[-3000:]
+    assert "stopped (SIGTERM)" in proc.log_path.read_text()
+    [stage] = json.loads((out / "training.json").read_text())["stages"]
+    assert stage["stage"] == "rl" and stage["seconds"] > 0
+    rows = run(env, out, steps=4, save_every=1, resume=True)
+    assert_same_rows(rows, reference)
+    assert [s["stage"] for s in json.loads((out / "training.json").read_text())["stages"]] == ["rl", "rl"]
+
+
 def test_sigkill_during_checkpoint_write_keeps_the_previous_checkpoint(env, reference):
     out, ready = env["root"] / "ckpt_kill", env["root"] / "ckpt_kill.ready"
     proc = start(env, out, steps=2, save_every=1, worker=True,

@@ -1,6 +1,7 @@
 """`ragrl` command line: one Typer app; each concern registers its thin commands."""
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -31,14 +32,27 @@ def _console(verbose: bool = typer.Option(False, "--verbose", "-v",
     setup_console(verbose)   # what reaches the terminal: see ragrl.cli.console
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a job scheduler's stop), raised like Ctrl-C so that a run's `finally` blocks run:
+    its stage time is recorded, its trackers and retrieval server close. Exit code 143 (128 + 15)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
     """Entry point that turns user-fixable errors into one clear line (exit code 2; a run that stopped
     on a fault exits with its own code: 75 retrieval outage, 3 collapse, see ragrl.errors)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         app(standalone_mode=False)
     except RagrlError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         sys.exit(getattr(e, "exit_code", 2))
+    except Terminated:
+        typer.secho("stopped (SIGTERM): what was written stays; `--resume` continues a training run", fg="red", err=True)
+        sys.exit(143)
     except (typer.Abort, KeyboardInterrupt):
         typer.secho("aborted", fg="red", err=True)
         sys.exit(130)

@@ -163,22 +163,36 @@ def _rl_seconds_from_metrics(run_dir: Path) -> float | None:
     return float(sum(times)) if times else None
 
 
+def _stage_time(stages: list[dict]) -> tuple[float, list[str], str]:
+    return (sum(s["seconds"] for s in stages), sorted({s["machine"] for s in stages}),
+            " + ".join(f"{s['stage']} {s['seconds'] / 60:.1f} min" for s in stages))
+
+
+def _sft_time(run_dir: Path) -> dict:
+    """The recorded SFT stage of a run whose warm start another run started from."""
+    stages = [s for s in (read_training_record(run_dir) or {}).get("stages", []) if s["stage"] == "sft"]
+    seconds, machines, how = _stage_time(stages) if stages else (None, [], "no recorded SFT stage")
+    return {"seconds": seconds, "machine": "; ".join(machines), "how": how}
+
+
 def training_time(run: RunRecord) -> dict:
     """{"seconds", "machine", "how"}: the run's recorded stage times (training.json), else its RL
     steps' own times from metrics.jsonl (SFT and evaluations unknown: `how` says so). A start
-    adapter from another run (an earlier stage) adds that run's time."""
+    adapter from another run (an earlier stage) adds that run's time: all of it for its final
+    adapter, its SFT stage alone for its `sft/adapter` (a run that shares another's warm start)."""
     record = read_training_record(run.path)
     if record is not None and record["stages"]:
-        seconds = sum(s["seconds"] for s in record["stages"])
-        machines = sorted({s["machine"] for s in record["stages"]})
-        how = " + ".join(f"{s['stage']} {s['seconds'] / 60:.1f} min" for s in record["stages"])
+        seconds, machines, how = _stage_time(record["stages"])
     else:
         seconds, machines, how = _rl_seconds_from_metrics(run.path), [], "RL steps only (no training.json)"
     parent = _parent_run(run.path, run.start)
     if parent is not None:
-        earlier = training_time(read_run(parent))
+        first = Path(run.start).resolve().relative_to(parent.resolve()).parts[0]
+        # A warm start is trained from the base model (ragrl train runs SFT only without an init
+        # adapter), so its run's SFT stage has no earlier run of its own; the run need not be finished.
+        earlier = (_sft_time(parent) if first == "sft" else training_time(read_run(parent)))
         if seconds is not None and earlier["seconds"] is not None:
             seconds += earlier["seconds"]
         machines = sorted(set(machines) | set(earlier["machine"].split("; ")) - {""})
-        how = f"{how}; after {parent.name} ({earlier['how']})"
+        how = f"{how}; after {parent.name}{' (its SFT stage)' if first == 'sft' else ''} ({earlier['how']})"
     return {"seconds": seconds, "machine": "; ".join(machines), "how": how}
