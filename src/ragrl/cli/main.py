@@ -32,30 +32,42 @@ def _console(verbose: bool = typer.Option(False, "--verbose", "-v",
     setup_console(verbose)   # what reaches the terminal: see ragrl.cli.console
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, a job scheduler's stop), raised like Ctrl-C so that a run's `finally` blocks run:
-    its stage time is recorded, its trackers and retrieval server close. Exit code 143 (128 + 15)."""
+_stop = {"sigterm": False}
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
+def _raise_on_sigterm(signum, frame) -> None:
+    """SIGTERM (`kill`, a job scheduler's stop) is raised like Ctrl-C, so that a run's `finally` blocks
+    run: its stage time is recorded, its trackers and retrieval server close."""
+    _stop["sigterm"] = True
+    raise KeyboardInterrupt
+
+
+def _interrupted() -> None:
+    if _stop["sigterm"]:
+        typer.secho("stopped (SIGTERM): what was written stays; `--resume` continues a training run", fg="red", err=True)
+        sys.exit(143)   # 128 + 15, as a shell reports a process that SIGTERM ended
+    typer.secho("aborted", fg="red", err=True)
+    sys.exit(130)
 
 
 def main() -> None:
     """Entry point that turns user-fixable errors into one clear line (exit code 2; a run that stopped
-    on a fault exits with its own code: 75 retrieval outage, 3 collapse, see ragrl.errors)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    on a fault exits with its own code: 75 retrieval outage, 3 collapse, see ragrl.errors; Ctrl-C 130,
+    SIGTERM 143)."""
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        # Typer turns Ctrl-C (and so SIGTERM) into Exit(130) and, outside standalone mode, returns an
+        # Exit's code instead of raising it: a stopped run must not exit 0.
+        if code == 130:
+            _interrupted()
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except RagrlError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         sys.exit(getattr(e, "exit_code", 2))
-    except Terminated:
-        typer.secho("stopped (SIGTERM): what was written stays; `--resume` continues a training run", fg="red", err=True)
-        sys.exit(143)
     except (typer.Abort, KeyboardInterrupt):
-        typer.secho("aborted", fg="red", err=True)
-        sys.exit(130)
+        _interrupted()
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except Exception as e:  # click usage errors
