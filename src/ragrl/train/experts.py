@@ -76,6 +76,6 @@ def take_policy_logprobs(policy, trajs: list[Trajectory], micro_batch_size: int)
         batch = policy.collate(part).to(policy.device)
         logprobs = policy.forward(batch)["logprobs"].float().cpu()
         for row, t in enumerate(part):
+            # the batch is padded to its longest row, so every row's positions are there
             lp = logprobs[row, : len(t.token_ids)].tolist()
-            lp += [0.0] * (len(t.token_ids) - len(lp))
             t.logprobs = [v if m else 0.0 for v, m in zip(lp, t.action_mask)]
