@@ -244,16 +244,16 @@ def stalled_row(env, reference):
             return [[Generation([], [], "timeout" if deadline is not None else "length")]] + others
 
     import ragrl.train.setup as setup_module
-    make = setup_module.make_train_engine
+    make = setup_module.engine_for
     holder = {}
 
     def patch(trainer):
         holder["trainer"] = trainer
-    setup_module.make_train_engine = lambda cfg, model, tok: StallOneRow(make(cfg, model, tok), holder["trainer"])
+    setup_module.engine_for = lambda mcfg, model, tok, **kw: StallOneRow(make(mcfg, model, tok, **kw), holder["trainer"])
     try:
         rows, error, _ = train(env.config(SEARCH_R1, "stall", "rollout.max_episode_s=2"), patch=patch)
     finally:
-        setup_module.make_train_engine = make
+        setup_module.engine_for = make
     step1 = rows[1] if len(rows) > 1 else {}
     return {"did": f"the stalled row ended as truncated after the 2 s bound (timeouts {step1.get('timeouts', 0):.2f} "
                    f"of step 1's trajectories; its rollout took {step1.get('time/rollout_s', float('nan')):.1f} s "

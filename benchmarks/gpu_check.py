@@ -53,7 +53,8 @@ def main() -> None:
     from ragrl.policy.lm_model import build_policy
     from ragrl.train.recipe import load_train_config, sft_warm_start
     from ragrl.train.trainer import Trainer
-    from ragrl.train.setup import default_retriever, make_train_engine
+    from ragrl.policy.model_config import engine_for
+    from ragrl.train.setup import default_retriever
 
     gpu = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
     if args.device != "cpu" and not torch.cuda.is_available():
@@ -73,7 +74,7 @@ def main() -> None:
     out["policy_device"], out["policy_dtype"] = str(p.device), str(p.dtype)
     log(f"policy on {p.device} in {p.dtype}")
     assert p.device.type == ("cuda" if gpu else "cpu"), f"model.device={args.device} put the policy on {p.device}"
-    engine = make_train_engine(cfg, model, tok)
+    engine = engine_for(cfg.model, model, tok)
     retriever = default_retriever(cfg)
     questions = load_questions(cfg.data.train)[:32]
 

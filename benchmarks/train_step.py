@@ -72,7 +72,7 @@ def parse_args(argv=None):
 
 def step_order(args, questions) -> list[list[dict]]:
     """The questions of each step, in ragrl's seeded order (TRL is fed the same order)."""
-    from ragrl.train.trainer import step_questions
+    from ragrl.train.steps import step_questions
 
     total = args.warmup + args.steps
     return [[questions[i] for i in step_questions(len(questions), s, args.questions, args.seed)]

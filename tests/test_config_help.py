@@ -87,11 +87,14 @@ def test_setting_refuses_an_empty_help_and_keeps_defaults():
 
 # ---------------------------------------------------------------- the records
 
-def test_choices_come_from_the_registries_when_asked(monkeypatch):
+def test_choices_come_from_the_registries_when_asked():
     est = records()["algo.estimator"]
     assert est.choices == tuple(ADVANTAGE_ESTIMATORS) and "grpo" in est.choices and est.default == "grpo"
-    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "my_estimator", ADVANTAGE_ESTIMATORS["grpo"])
-    assert "my_estimator" in records()["algo.estimator"].choices   # read at call time, not at import
+    ADVANTAGE_ESTIMATORS.register("my_estimator", ADVANTAGE_ESTIMATORS["grpo"])
+    try:
+        assert "my_estimator" in records()["algo.estimator"].choices   # read at call time, not at import
+    finally:
+        ADVANTAGE_ESTIMATORS.unregister("my_estimator")
 
 
 def test_literals_bools_nulls_ranges_and_lists_are_described():

@@ -7,7 +7,9 @@
 3. Imports sit at the top of each file; a function-level import is allowed only for an optional or
    heavy dependency on the LAZY list, and in the CLI (whose commands import the library when they
    run, so that `ragrl --help` does not load torch); either way its line says why in a comment.
-4. The core below ragrl.methods never names a method (no method's module, protocol or reward name).
+4. The core below ragrl.methods never names a method (no method's module, protocol or reward name),
+   and no module above it imports one: the library, CLI and quickstart reach a method through its
+   record (`ragrl.methods.base.Method`) and the registries alone.
 5. Training never imports the HTTP server (a machine that only trains need not have the web
    stack), checked in a fresh interpreter.
 """
@@ -162,6 +164,30 @@ def test_the_core_never_names_a_method():
                 line = code[: m.start()].count("\n") + 1
                 bad.append(f"{path.relative_to(SRC)}:{line} names {word}")
     assert not bad, "the core names a method:\n" + "\n".join(sorted(bad))
+
+
+# The shared parts of ragrl/methods that are no method of their own.
+METHODS_SHARED = {"__init__", "base", "synthetic"}
+
+
+def method_modules() -> set[str]:
+    """Each method's own module or folder under ragrl/methods."""
+    return {p.stem for p in (SRC / "methods").iterdir()
+            if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.stem not in METHODS_SHARED}
+
+
+def test_no_module_above_the_methods_imports_a_method():
+    own = method_modules()
+    assert {"harr", "search_r1", "smartrag", "mmoa"} <= own   # the check sees the methods
+    bad = []
+    for mod, path in MODULES.items():
+        if layer(mod) <= LAYER_OF["methods"]:
+            continue
+        for line, name, _, _ in imports(path):
+            parts = name.split(".")
+            if parts[:2] == ["ragrl", "methods"] and len(parts) > 2 and parts[2] in own:
+                bad.append(f"{path.relative_to(SRC)}:{line} imports {name}")
+    assert not bad, "a method imported above ragrl.methods (go through its Method record):\n" + "\n".join(sorted(set(bad)))
 
 
 BLOCK_WEB = """

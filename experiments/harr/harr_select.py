@@ -51,7 +51,7 @@ def main() -> None:
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.retrieval.index import load_index
     from ragrl.rewards.qa import answer_in, is_yes_no
-    from ragrl.methods.harr.setup import cached_dense_index
+    from ragrl.retrieval.resolve import cached_dense_index
 
     dense = load_index(cached_dense_index("kit:corpus/wiki_passages.jsonl.gz",
                                           "kit:embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy",

@@ -27,9 +27,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "history_ablation"))
     args = ap.parse_args()
 
-    from ragrl.eval.retrieval import load_held_out, paired_rows, question_kind, retrieval_eval
-    from ragrl.eval.tables import write_results
-    from ragrl.methods.harr.setup import load_dense_backend, run_search
+    from ragrl.eval.cells import ci_cell, diff_cell, write_results
+    from ragrl.eval.retrieval import load_held_out, paired_rows, question_kind, retrieval_eval, summary_ci
+    from ragrl.methods.harr.setup import load_dense_backend
+    from ragrl.retrieval.stochastic import multi_hop_searcher
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.train.config import TrainConfig
     from ragrl.yaml_config import load_config
@@ -47,7 +48,7 @@ def main() -> None:
     for name, run in runs.items():
         trained = QueryEncoder(str(run / "best_encoder"))
         for label, encoder in ((f"{name}, trained", trained), (f"{name}, base", base_encoder)):
-            systems[label] = run_search(dense, encoder, rc[name])
+            systems[label] = multi_hop_searcher(dense, encoder, rc[name])
     tests = load_held_out()
     slices = {"MuSiQue dev": tests["musique_dev"],
               "HotpotQA dev, bridge": [q for q in tests["hotpotqa_dev"] if question_kind(q) == "bridge"],
@@ -70,12 +71,10 @@ def main() -> None:
             "paired": {f"{b} − {a}": paired_rows(evals[a]["per_question"], evals[b]["per_question"])[0]
                        for a, b in pairs}}
         for name, e in entry["systems"].items():
-            cells = [f"{e[m]:.1f} [{e[m + '_lo']:.1f}, {e[m + '_hi']:.1f}]" if m in e else "–"
-                     for m in ("recall", "answer_at_k")]
+            cells = [ci_cell(summary_ci(e, m)) if m in e else "–" for m in ("recall", "answer_at_k")]
             md.append(f"| {slice_name} ({len(qs)}) | {name} | " + " | ".join(cells) + " |")
         for label, diffs in entry["paired"].items():
-            cells = [f"{d['diff']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}]" if (d := diffs.get(m)) else "–"
-                     for m in ("recall", "answer_at_k")]
+            cells = [diff_cell(d) if (d := diffs.get(m)) else "–" for m in ("recall", "answer_at_k")]
             md.append(f"| {slice_name} ({len(qs)}) | Δ {label} | " + " | ".join(cells) + " |")
     write_results(args.out, result, md)
     print(json.dumps({s: e["paired"] for s, e in result["slices"].items()}, indent=1)[:2000])

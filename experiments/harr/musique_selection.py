@@ -27,7 +27,8 @@ def main() -> None:
 
     from ragrl.datasets import load_questions
     from ragrl.eval.retrieval import retrieval_eval
-    from ragrl.methods.harr.setup import load_dense_backend, run_search
+    from ragrl.methods.harr.setup import load_dense_backend
+    from ragrl.retrieval.stochastic import multi_hop_searcher
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.train.recipe import load_train_config
 
@@ -42,7 +43,7 @@ def main() -> None:
                               "kept_steps": {n: json.loads((p / "best.json").read_text())["step"]
                                              for n, p in (("A", args.a), ("M", args.m))}}}
     for name, path in encoders.items():
-        search = run_search(dense, QueryEncoder(path), rc)
+        search = multi_hop_searcher(dense, QueryEncoder(path), rc)
         out[name] = {part: retrieval_eval(search, qs, k, hop_size=k) for part, qs in parts.items()}
         print(name, {part: (round(r["answer_at_k"], 1), round(r["recall"], 1)) for part, r in out[name].items()})
     a, m = out["A"], out["M"]

@@ -11,19 +11,15 @@ import json
 import shutil
 from pathlib import Path
 
+from ragrl.eval.cells import ci_cell, diff_cell
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-def _ci(m: dict | None, fmt: str = ".1f") -> str:
-    return "n/a" if m is None else f"{m['mean']:{fmt}} [{m['ci_lo']:{fmt}}, {m['ci_hi']:{fmt}}]"
-
-
 def _d(d: dict | None) -> str:
-    if not d or "f1" not in d:
-        return ""
-    x = d["f1"]
-    return f"{x['diff']:+.1f} [{x['ci_lo']:+.1f}, {x['ci_hi']:+.1f}]"
+    """ΔF1 of a paired-difference section; empty where the system has none."""
+    return diff_cell(d["f1"]) if d and "f1" in d else ""
 
 
 def compact_table(data: dict) -> list[str]:
@@ -36,7 +32,7 @@ def compact_table(data: dict) -> list[str]:
         vs_start = f"{_d(start)} ({start['verdict']})" if start else ""
         t = r.get("trained") or {}
         trained = f"{t['seconds'] / 60:.0f} min" if t.get("seconds") else ""
-        md.append(f"| {i} | {name} | {r['method'] or 'baseline'} | {_ci(r['f1'])} | {_ci(r['em'])} | {_ci(r['answer_shown'])} "
+        md.append(f"| {i} | {name} | {r['method'] or 'baseline'} | {ci_cell(r['f1'])} | {ci_cell(r['em'])} | {ci_cell(r['answer_shown'])} "
                   f"| {r['searches']['mean']:.2f} | {_d(data['vs_baseline'].get(name))} | {vs_start} | {trained} |")
     return md
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from experiments.mmoa.common import PAIRED, collect
 from ragrl.eval.cache import adapter_digest
-from ragrl.eval.tables import paired_row, write_results
+from ragrl.eval.cells import ci_cell, paired_row, write_results
 
 # Levels per system, each with a 95% CI (the table); paired tests are on answer F1 and selector F1 (PAIRED).
 METRICS = ("em", "f1", "selector_precision", "selector_recall", "selector_f1")
@@ -40,7 +40,7 @@ def main() -> None:
     if args.family < 0 or args.family == 1:
         ap.error(f"--family takes the number of tests (>= 2), or 0 for none; got {args.family}")
 
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff, paired_z
+    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff, paired_record, paired_z
     from ragrl.methods.mmoa.reward import selector_f1
 
     labels = [x.split("=", 1)[0] for x in args.system]
@@ -61,13 +61,13 @@ def main() -> None:
     for group, systems in groups.items():
         n = len(systems["SFT"]["f1"])
         rows = {name: {k: [100 * x for x in bootstrap_ci(v)] for k, v in m.items()} for name, m in systems.items()}
-        pairs = {name: {k: paired_bootstrap_diff(systems["SFT"][k], systems[name][k]) for k in PAIRED}
+        pairs = {name: {k: paired_record(systems["SFT"][k], systems[name][k]) for k in PAIRED}
                  for name in names[1:]}
         result["groups"][group] = {"n": n, "systems": rows, "paired": pairs}
         where = ", ".join(f"{lo}-{hi}" for lo, hi in result["spans"].get(group, [])) or "all sets"
         md += [f"## {group} ({n} questions: {where})", "",
                "| system | EM | answer F1 | selector P | selector R | selector F1 |", "|---|---|---|---|---|---|"]
-        md += [f"| {name} | " + " | ".join(f"{r[k][0]:.1f} [{r[k][1]:.1f}, {r[k][2]:.1f}]" for k in METRICS) + " |"
+        md += [f"| {name} | " + " | ".join(ci_cell(r[k]) for k in METRICS) + " |"
                for name, r in rows.items()]
         md += ["", "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]
         md += [paired_row(name, p, PAIRED) for name, p in pairs.items()]

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 from experiments.mmoa.common import DEFAULT_SETS, PAIRED, SETS
 from ragrl.eval.cache import Cache, adapter_digest
-from ragrl.eval.tables import paired_row, write_results
+from ragrl.eval.cells import ci_cell, paired_row, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -71,7 +71,7 @@ def main() -> None:
 
     from ragrl.datasets import load_questions, with_heuristic_gold
     from ragrl.eval.harness import EvalConfig, evaluate
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.eval.stats import bootstrap_ci, paired_record
     from ragrl.models.agent_adapters import load_agent_adapters, set_agent_adapters
     from ragrl.models.lm_weights import load_policy
     from ragrl.policy.lm_model import torch_dtype
@@ -151,9 +151,8 @@ def main() -> None:
             if name == "SFT":
                 continue
             pairs[f"{name} - SFT"] = {
-                "f1": paired_bootstrap_diff([t.metrics["f1"] for t in per["SFT"]], [t.metrics["f1"] for t in per[name]]),
-                "selector_f1": paired_bootstrap_diff([selector_f1(t) for t in per["SFT"]],
-                                                     [selector_f1(t) for t in per[name]])}
+                "f1": paired_record([t.metrics["f1"] for t in per["SFT"]], [t.metrics["f1"] for t in per[name]]),
+                "selector_f1": paired_record([selector_f1(t) for t in per["SFT"]], [selector_f1(t) for t in per[name]])}
         for name in adapters:
             p = pooled.setdefault(name, {"f1": [], "selector_f1": []})
             p["f1"] += [t.metrics["f1"] for t in per[name]]
@@ -162,7 +161,7 @@ def main() -> None:
         span = f"first {args.n}" if not args.skip else f"questions {args.skip + 1}-{args.skip + args.n}"
         md += [f"## {set_name} ({span})", "", "| system | EM | F1 | selector P | selector R | selector F1 | sub-q/q |",
                "|---|---|---|---|---|---|---|"]
-        fmt = lambda v: f"{v[0]:.1f} [{v[1]:.1f}, {v[2]:.1f}]" if v else "–"   # noqa: E731
+        fmt = lambda v: ci_cell(v) if v else "–"   # noqa: E731
         for name, r in rows.items():
             md.append(f"| {name} | {fmt(r['em'])} | {fmt(r['f1'])} | {fmt(r.get('selector_precision'))} | "
                       f"{fmt(r.get('selector_recall'))} | {fmt(r.get('selector_f1'))} | {r.get('subquestions_per_q', 1):.2f} |")
@@ -173,7 +172,7 @@ def main() -> None:
     if len(sets) > 1:   # one set alone: its table above is the pooled one
         # Both sets pooled: one paired test per trained system (questions paired with themselves).
         result["pooled"] = {"n": len(pooled["SFT"]["f1"]), "paired": {
-            f"{name} - SFT": {k: paired_bootstrap_diff(pooled["SFT"][k], pooled[name][k]) for k in ("f1", "selector_f1")}
+            f"{name} - SFT": {k: paired_record(pooled["SFT"][k], pooled[name][k]) for k in ("f1", "selector_f1")}
             for name in adapters if name != "SFT"}}
         md += [f"## both sets pooled ({result['pooled']['n']} questions)", "",
                "| paired vs SFT | ΔF1 [95% CI], p | Δselector F1 [95% CI], p |", "|---|---|---|"]

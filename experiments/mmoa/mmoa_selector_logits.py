@@ -27,7 +27,7 @@ from pathlib import Path
 
 from experiments.mmoa.common import SETS, collect
 from ragrl.eval.cache import adapter_digest
-from ragrl.eval.tables import write_results
+from ragrl.eval.cells import ci_cell, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -139,7 +139,7 @@ def main() -> None:
         p0 = sum(math.exp(lp[0]) for lp in lps) / len(lps) if name != "BM25 order (reference)" else None
         result["systems"][name] = {"logps": [[round(x, 4) for x in lp] for lp in lps], "p_first": p0, "gold_margin": ci,
                                    "questions_with_gold_after_first": len(per_q), "auc": auc}
-        md.append(f"| {name} | {'–' if p0 is None else f'{p0:.3f}'} | {ci[0]:+.2f} [{ci[1]:+.2f}, {ci[2]:+.2f}] | {auc:.3f} |")
+        md.append(f"| {name} | {'–' if p0 is None else f'{p0:.3f}'} | {ci_cell(ci, '.2f', signed=True)} | {auc:.3f} |")
     md += ["", f"Questions with a gold candidate after position 0: {len(per_q)}."]
     write_results(args.out, result, md)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from experiments.mmoa.common import SETS, collect
 from ragrl.eval.cache import adapter_digest
-from ragrl.eval.tables import diff_cell, write_results
+from ragrl.eval.cells import ci_cell, diff_cell, write_results
 
 
 def selection_f1(selected: list[str], gold: set[str]) -> float:
@@ -71,7 +71,7 @@ def main() -> None:
         ap.error("--system takes LABEL=ADAPTER_DIR")
 
     from ragrl.datasets import load_questions, with_heuristic_gold
-    from ragrl.eval.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragrl.eval.stats import bootstrap_ci, paired_record
 
     digests = {"SFT": adapter_digest(args.sft), **{k: adapter_digest(v) for k, v in (x.split("=", 1) for x in args.system)}}
     summaries, spans, _ = collect([Path(p) for p in args.part], digests)
@@ -124,18 +124,18 @@ def main() -> None:
             r = rows_out[name]
             extra = (f"{r['follows_order']:.1f}% | {r['first_gold']:.1f}% | {r['kept']:.2f} | {r['own_top1_f1']:.1f}"
                      if "kept" in r else "– | – | – | –")
-            md.append(f"| {name} | {extra} | {ci[0]:.1f} [{ci[1]:.1f}, {ci[2]:.1f}] |")
+            md.append(f"| {name} | {extra} | {ci_cell(ci)} |")
             if "own_top1_f1" in s:
-                pairs[name] = paired_bootstrap_diff(s["own_top1_f1"], s["selector_f1"])
+                pairs[name] = paired_record(s["own_top1_f1"], s["selector_f1"])
         md += ["", "| selector F1 minus the top-1 of its own candidates | Δ [95% CI], p |", "|---|---|"]
-        md += [f"| {name} | {diff_cell(d)} |" for name, d in pairs.items()]
+        md += [f"| {name} | {diff_cell(d, with_p=True)} |" for name, d in pairs.items()]
         result["groups"][group] = {"n": n, "systems": rows_out, "vs_own_top1": pairs}
         base = stats.get("BM25 on the question itself, top-1")
         if base:   # no rewriter at all: does a system's pipeline beat searching with the question?
-            vs_q = {name: paired_bootstrap_diff(base["selector_f1"], s["selector_f1"]) for name, s in stats.items()
+            vs_q = {name: paired_record(base["selector_f1"], s["selector_f1"]) for name, s in stats.items()
                     if "kept" in s}
             md += ["", "| selector F1 minus BM25's top-1 for the question itself | Δ [95% CI], p |", "|---|---|"]
-            md += [f"| {name} | {diff_cell(d)} |" for name, d in vs_q.items()]
+            md += [f"| {name} | {diff_cell(d, with_p=True)} |" for name, d in vs_q.items()]
             result["groups"][group]["vs_question_top1"] = vs_q
         md.append("")
     write_results(args.out, result, md)

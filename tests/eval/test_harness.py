@@ -12,7 +12,7 @@ from ragrl.eval.baselines import baseline_answer
 from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
-from ragrl.eval.harness import EvalConfig, evaluate, run_system, score
+from ragrl.eval.harness import EvalConfig, evaluate, naive_rag, run_system, score
 from ragrl.eval.report import recompute_summary, write_report
 from ragrl.models.lm_weights import load_policy
 from ragrl.retrieval.resolve import make_retriever
@@ -45,6 +45,25 @@ def tiny_results(tiny_engine, index, questions):
     return cfg, evaluate(tiny_engine, index, questions, cfg)
 
 
+def test_naive_rag_over_a_multi_hop_search_records_each_hop_with_the_question(tiny_engine, index, questions):
+    """A retriever run's reader-fed evaluation is naive RAG over its hops: one search turn per hop
+    (the question as its query, that hop's passages), the answer turn last, every passage shown."""
+    def two_hops(queries, k):   # hop 1: the top k; hop 2: the next k
+        deep = index.search(queries, 2 * k)
+        return [hs[:k] + hs[k:2 * k] for hs in deep]
+
+    cfg = EvalConfig(topk=2, max_answer_tokens=8)
+    trajs = naive_rag(tiny_engine, two_hops, questions[:3], cfg, hop_size=2)
+    deep = index.search([q["question"] for q in questions[:3]], 4)
+    for t, q, hs in zip(trajs, questions, deep):
+        assert [u.kind for u in t.turns] == ["search", "search", "answer"] and t.num_searches == 2
+        assert [u.queries for u in t.turns[:2]] == [[q["question"]]] * 2
+        assert [u.passage_ids for u in t.turns[:2]] == [[[h.id for h in hs[:2]]], [[h.id for h in hs[2:]]]]
+        assert t.retrieved_ids == [h.id for h in hs] and t.num_turns == 1
+        prompt = tiny_engine.tokenizer.decode(t.token_ids[: t.prompt_len])
+        assert all(f'(Title: "{h.title}")' in prompt for h in hs)   # the reader saw all four
+
+
 def check_scores(trajs, questions):
     """Per-question metrics equal a hand recomputation from the answer and the golds."""
     assert [t.sample_id for t in trajs] == [q["id"] for q in questions]
@@ -64,7 +83,11 @@ def test_every_system_answers_every_question_and_scores_by_hand(tiny_results, ti
         check_scores(entry["trajectories"], questions)
         assert entry["wall_s"] > 0
     for t in results["direct"]["trajectories"] + results["naive_rag"]["trajectories"]:
-        assert t.num_turns == 1 and t.answer == baseline_answer(t.turns[0].action_text.replace("<|im_end|>", ""))
+        assert t.num_turns == 1 and t.answer == baseline_answer(t.turns[-1].action_text.replace("<|im_end|>", ""))
+    for t, q in zip(results["naive_rag"]["trajectories"], questions):
+        # naive RAG's one search is recorded as a turn whose query is the question, then the answer
+        assert [u.kind for u in t.turns] == ["search", "answer"] and t.turns[0].queries == [q["question"]]
+        assert t.num_searches == 1 and len(t.turns[0].passage_ids[0]) == cfg.topk
     for t in results["direct"]["trajectories"]:
         assert t.num_searches == 0 and t.retrieved_ids == []
     hits = index.search([q["question"] for q in questions], cfg.topk)
@@ -141,5 +164,5 @@ def test_smollm2_naive_rag_reads_the_passages_and_is_deterministic(smollm2_polic
         assert at == sorted(at) and at[-1] < prompt.index(f"Question: {q['question']}")
         assert prompt.endswith("<|im_start|>assistant\n")
         assert t.retrieved_ids == [h.id for h in hs]
-        assert t.answer == baseline_answer(t.turns[0].action_text) and t.answer  # SmolLM2 does reply
+        assert t.answer == baseline_answer(t.turns[-1].action_text) and t.answer  # SmolLM2 does reply
         assert 0 < sum(t.action_mask) <= 16

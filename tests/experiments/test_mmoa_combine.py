@@ -53,13 +53,13 @@ def test_two_ranges_pool_into_one_paired_test_matching_systems_by_adapter_bytes(
     hotpot = out["groups"]["hotpotqa_dev"]
     assert hotpot["n"] == 5
     # answer F1 differences per question: +1.0, 0, 0, +0.3, 0 -> mean 0.26
-    assert hotpot["paired"]["R"]["f1"][0] == pytest.approx(0.26)
+    assert hotpot["paired"]["R"]["f1"]["diff"] == pytest.approx(26.0)   # a paired_record, in points
     # selector F1 per question, SFT: 2/3, 0, 1, 0, 2/3; R: 2/3, 0, 1, 0, 0 -> mean difference -2/15
-    assert hotpot["paired"]["R"]["selector_f1"][0] == pytest.approx(-2 / 15)
+    assert hotpot["paired"]["R"]["selector_f1"]["diff"] == pytest.approx(-200 / 15)
     pooled = out["groups"]["pooled"]   # both sets: the MuSiQue question adds +0.5 F1 and +1 selector F1
     assert pooled["n"] == 6
-    assert pooled["paired"]["R"]["f1"][0] == pytest.approx((1.3 + 0.5) / 6)
-    assert pooled["paired"]["R"]["selector_f1"][0] == pytest.approx((-2 / 3 + 1) / 6)
+    assert pooled["paired"]["R"]["f1"]["diff"] == pytest.approx(100 * (1.3 + 0.5) / 6)
+    assert pooled["paired"]["R"]["selector_f1"]["diff"] == pytest.approx(100 * (-2 / 3 + 1) / 6)
     assert "| R | +26.0 [" in (tmp_path / "out.md").read_text()
     # levels, the table: R's pooled EM (exact F1 1.0 on 1 of 6), precision (1, 0, 1, 0, 0, 1 -> 1/2)
     # and recall (0.5, 0, 1, 0, 0, 1 -> 5/12), in percent, each with a CI
@@ -95,8 +95,8 @@ def test_each_question_is_paired_with_itself_across_parts_and_sets(tmp_path):
                                             run: [(f + 0.1, 0, 0) for f in base["second"]]}, {sft: "SFT", run: "R"})
     res = _combine("--part", first, "--part", second, "--sft", sft, "--system", f"R={run}", "--out", tmp_path / "o")
     assert res.returncode == 0, res.stderr
-    mean, lo, hi, _ = json.loads((tmp_path / "o.json").read_text())["groups"]["pooled"]["paired"]["R"]["f1"]
-    assert (mean, lo, hi) == pytest.approx((0.1, 0.1, 0.1))
+    rec = json.loads((tmp_path / "o.json").read_text())["groups"]["pooled"]["paired"]["R"]["f1"]
+    assert (rec["diff"], rec["ci_lo"], rec["ci_hi"], rec["n"]) == pytest.approx((10.0, 10.0, 10.0, 6))
 
 
 def test_parts_decoded_with_other_settings_or_labels_that_clash_are_refused(tmp_path):
@@ -174,7 +174,7 @@ def test_family_option_adds_z_and_a_wider_bonferroni_ci_and_refuses_a_family_of_
     lo, hi, z = group["family"]["paired"]["R"]["f1"]
     assert z == pytest.approx(1.3408, abs=1e-3)
     assert group["family"]["alpha"] == pytest.approx(0.05 / 38)
-    _, lo95, hi95, _ = group["paired"]["R"]["f1"]
+    lo95, hi95 = group["paired"]["R"]["f1"]["ci_lo"] / 100, group["paired"]["R"]["f1"]["ci_hi"] / 100
     assert lo <= lo95 and hi >= hi95 and (lo, hi) != (lo95, hi95)
     assert group["family"]["paired"]["R"]["selector_f1"][2] == 0.0   # identical selections
     assert "family of 38 tests" in (tmp_path / "o.md").read_text()

@@ -56,8 +56,8 @@ def test_prefix_following_first_pick_own_top1_and_the_retriever_baselines(tmp_pa
     assert g["systems"]["retriever top-1 (SFT's candidates)"]["selector_f1"][0] == pytest.approx(200 / 9)
     assert g["systems"]["retriever top-2 (SFT's candidates)"]["selector_f1"][0] == pytest.approx(100 / 3)
     assert g["systems"]["ceiling: the gold among SFT's candidates"]["selector_f1"][0] == pytest.approx(700 / 9)
-    assert g["vs_own_top1"]["R"][0] == pytest.approx(1 / 3)         # 77.8 - 44.4 points
-    assert g["vs_own_top1"]["SFT"][0] == pytest.approx(0.0)
+    assert g["vs_own_top1"]["R"]["diff"] == pytest.approx(100 / 3)   # 77.8 - 44.4 points (a paired_record)
+    assert g["vs_own_top1"]["SFT"]["diff"] == pytest.approx(0.0)
 
 
 def test_cached_selections_that_disagree_with_the_gold_passages_are_refused(tmp_path):

@@ -1,5 +1,5 @@
-"""A seventh method, declared entirely in this file: its own text protocol, reward and recipe,
-registered with one `register_method` call, trains one step on the tiny model. Nothing in the core
+"""A seventh method, declared entirely in this file: its own text protocol, reward, advantage
+estimator, policy loss and recipe, registered with one `register_method` call, trains one step on the tiny model. Nothing in the core
 changes for it (the core files are not touched by this test; the registries are)."""
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import re
 import pytest
 import yaml
 
+from ragrl.algos import advantages as adv
+from ragrl.algos.losses import agg_loss
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, uniform_estimator
 from ragrl.errors import ConfigError
 from ragrl.methods import METHODS, Method, register_method, unregister_method
 from ragrl.rewards.qa import answer_of, f1_score, golds_of
@@ -64,11 +67,21 @@ def short_f1(completion, sample, bonus: float = 0.1) -> float:
     return f1_score(answer, golds_of(completion, sample)) + (bonus if 0 < len(answer.split()) <= 3 else 0.0)
 
 
+LOSS_CALLS: list[int] = []
+
+
+def plain_pg(logprobs, old_logprobs, advantages, mask, cfg):
+    """REINFORCE's loss, -A log pi, with no ratio and no clip (aggregated as the recipe says)."""
+    LOSS_CALLS.append(int(mask.sum()))
+    loss = agg_loss(-advantages.detach() * logprobs, mask, cfg.loss_agg)
+    return loss, {"plain_pg_tokens": float(mask.sum())}
+
+
 RECIPE = {
     "name": "ask_say_grpo", "agent": "ask_say", "steps": 1, "questions_per_step": 2, "save_every": 1,
     "reward": {"short_f1": {"weight": 1.0, "bonus": 0.2}},
     "model": {"dtype": "float32"}, "data": {"train": "demo-train", "eval": "demo-eval", "eval_n": 2},
-    "algo": {"estimator": "grpo", "minibatch_size": 4, "micro_batch_size": 2},
+    "algo": {"estimator": "centred", "policy_loss": "plain_pg", "minibatch_size": 4, "micro_batch_size": 2},
     "rollout": {"n": 2, "max_turns": 2, "max_turn_tokens": 12, "max_response_tokens": 32},
 }
 
@@ -78,10 +91,13 @@ def seventh_method():
     method = register_method(Method(name="ask_say", paper="a test's own method", trains="the LM",
                                     protocols=(AskProtocol,), rewards={"short_f1": short_f1},
                                     answer_rewards=("short_f1",), plot_keys=("reward_mean",),
-                                    recipes=("ask_say_grpo",)))
+                                    estimators={"centred": uniform_estimator(adv.grpo, ("scores", "group_ids", "mask"),
+                                                                             scale_by_std=False)},
+                                    policy_losses={"plain_pg": plain_pg}, recipes=("ask_say_grpo",)))
     yield method
     unregister_method("ask_say")
     assert "ask_say" not in PROTOCOLS and "ask_say" not in METHODS
+    assert "centred" not in ADVANTAGE_ESTIMATORS and "plain_pg" not in POLICY_LOSSES
 
 
 def test_a_method_declared_in_a_test_file_trains_one_step(seventh_method, tmp_path, tiny_model_dir, demo_bm25_dir):
@@ -90,9 +106,12 @@ def test_a_method_declared_in_a_test_file_trains_one_step(seventh_method, tmp_pa
     cfg = load_train_config(str(recipe), [f"model.name={tiny_model_dir}", f"data.index={demo_bm25_dir}",
                                           f"out_dir={tmp_path / 'run'}"])
     assert isinstance(get_protocol(cfg.agent), AskProtocol)
+    LOSS_CALLS.clear()
     run_dir = run_recipe(cfg)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and "reward_mean" in rows[0] and rows[0]["time/update_s"] > 0
+    # the update took its gradient through the method's own loss (2 micro batches of 2 episodes)
+    assert len(LOSS_CALLS) == 2 and sum(LOSS_CALLS) > 0 and rows[0]["plain_pg_tokens"] > 0
     trajs_protocol = yaml.safe_load((run_dir / "config.yaml").read_text())["agent"]
     assert trajs_protocol == "ask_say"
     assert (run_dir / "final_adapter" / "adapter_config.json").is_file()
@@ -105,6 +124,10 @@ def test_its_names_are_checked_on_load_like_the_shipped_ones(seventh_method, tmp
         run_recipe(load_train_config(str(recipe), [f"out_dir={tmp_path / 'run'}"]))
     with pytest.raises(ConfigError, match="agent: 'ask_sya' is not one of .*did you mean 'ask_say'"):
         load_train_config(str(recipe), ["agent=ask_sya"])
+    with pytest.raises(ConfigError, match="policy_loss: 'plain_gp' is not one of .*did you mean 'plain_pg'"):
+        load_train_config(str(recipe), ["algo.policy_loss=plain_gp"])
+    with pytest.raises(ConfigError, match="estimator: 'centered' is not one of .*did you mean 'centred'"):
+        load_train_config(str(recipe), ["algo.estimator=centered"])
     assert not (tmp_path / "run").exists()
 
 

@@ -90,6 +90,10 @@ def test_pipeline_runner_writes_one_trajectory_per_agent(tiny_model_dir, index):
         # what the trainer logs per step (rollout/<name>)
         assert s.metrics["scalars"]["selector_kept"] == len(s.metrics["selected"])
         assert r.metrics["scalars"] == {"rewriter_subquestions": len(r.metrics["subquestions"])}
+        # what the generator read, ids and texts, as a search agent records them (a search reward reads them)
+        assert [pid for pid, _ in g.shown_passages()] == s.metrics["selected"]
+        assert set(r.metrics["retrieved"]) <= {pid for pid, _ in r.shown_passages()}
+        assert all(text.strip() for _, text in g.shown_passages() + r.shown_passages())
         for t in (r, s, g):
             assert t.action_mask[:t.prompt_len] == [0] * t.prompt_len and sum(t.action_mask) > 0
             assert len(t.token_ids) == len(t.logprobs) == len(t.action_mask)

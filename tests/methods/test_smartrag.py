@@ -180,7 +180,7 @@ def test_threshold_mode_forces_the_action_the_threshold_picks(demo_bm25_dir):
     1 always answers at once; p_search is the same number either way."""
     from ragrl.eval.harness import EvalConfig, evaluate
     from ragrl.models.lm_weights import load_policy
-    from ragrl.methods.smartrag.threshold_engine import ThresholdDecisionEngine
+    from ragrl.engines.threshold import ThresholdDecisionEngine
     from ragrl.engines.hf import HFEngine
 
     model, tok = load_policy("smollm2-135m-instruct")

@@ -6,6 +6,7 @@ Untrained SmolLM2 rarely writes tags, so the real-model runs are two: the plain 
 model into opening with <search> (real retrievals). Exact multi-turn scenarios are driven by
 `ScriptedEngine`, a fake that injects pre-written turns tokenised with the real tokenizer.
 """
+import json
 import re
 
 import pytest
@@ -15,12 +16,13 @@ from ragrl.rollout.protocol import get_protocol
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.datasets import load_questions
 from ragrl.rollout.multi_turn import RolloutConfig, build_observation, build_observations, prompt_ids, run_episodes
+from ragrl.rollout.trajectory import EpisodeEnd
 from ragrl.engines.hf import HFEngine
 from ragrl.policy.logprobs import action_logprobs
 from ragrl.rewards.format import is_well_formed
 from tests.rollout.scripted import CountingRetriever, RecordingEngine, ScriptedEngine, check_token_invariants, spans
 
-STOP_REASONS = {"answer", "max_turns", "max_tokens", "no_answer"}
+STOP_REASONS = {EpisodeEnd.ANSWER, EpisodeEnd.MAX_TURNS, EpisodeEnd.MAX_TOKENS, EpisodeEnd.NO_ANSWER}
 
 
 class NudgedSearchR1(SearchR1Protocol):
@@ -104,7 +106,10 @@ def test_action_mask_spans_decode_to_actions_and_observations(real_run, eos_ids)
     cfg = real_run["cfg"]
     for t in real_run["trajs"]:
         check_token_invariants(t, real_run["tok"], eos_ids)
-        assert t.stop_reason in STOP_REASONS and 1 <= t.num_turns <= cfg.max_turns
+        # Every end is an EpisodeEnd member (the one vocabulary), and serialises as its plain string.
+        assert isinstance(t.stop_reason, EpisodeEnd) and t.stop_reason in STOP_REASONS
+        assert 1 <= t.num_turns <= cfg.max_turns
+        assert json.loads(json.dumps(t.to_dict()))["stop_reason"] == t.stop_reason.value
         assert (t.stop_reason == "answer") == (t.answer is not None)
         assert len(t.response_ids) <= cfg.max_response_tokens + cfg.max_obs_tokens
         assert t.format_errors == sum(turn.kind == "invalid" for turn in t.turns)

@@ -11,7 +11,7 @@ from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.models.lm_weights import load_tokenizer
 from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
-from ragrl.rollout.trajectory import Trajectory
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 from tests.rollout.scripted import CountingRetriever, ScriptedEngine, check_token_invariants, spans
 
 ANSWER = "<answer> Gian Carlo Menotti </answer>"
@@ -41,6 +41,7 @@ def play(tok, protocol_name, turns, question, index, **cfg_kwargs) -> tuple[Traj
     cfg = RolloutConfig(**{"max_turns": 3, "max_turn_tokens": 64, "max_response_tokens": 1024, "topk": 2,
                            **cfg_kwargs})
     (traj,), _ = run_episodes(engine, protocol, retriever, [question], cfg)
+    assert isinstance(traj.stop_reason, EpisodeEnd)   # every way an episode ends is one of the enum's
     return traj, retriever
 
 

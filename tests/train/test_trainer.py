@@ -12,7 +12,6 @@ from ragrl.policy.batch import TrajBatch, collate
 from ragrl.train.config import AlgoConfig, ModelConfig
 from ragrl.policy.lm_model import build_policy, forward_actions
 from ragrl.train.rng import seed_everything
-from ragrl.train.trainer import step_questions
 from ragrl.train.update import Prepared, ppo_update, prepare
 
 PROMPT, ACT1, OBS = 8, 8, 6          # prompt tokens, first action, observation (mask 0)
@@ -187,21 +186,6 @@ def test_collate_pads_right_and_masks_only_actions():
     bad.logprobs.pop()
     with pytest.raises(ValueError, match="lengths differ"):
         collate([bad], pad_id=0)
-
-
-@pytest.mark.parametrize("n_questions,per_step", [(7, 3), (6, 2), (5, 5), (4, 6)])
-def test_step_questions_cover_every_question_once_per_epoch(n_questions, per_step):
-    steps = 3 * n_questions  # whole epochs worth of positions, whatever per_step is
-    drawn = [i for s in range(steps) for i in step_questions(n_questions, s, per_step, seed=3)]
-    epochs = [drawn[e * n_questions:(e + 1) * n_questions] for e in range(len(drawn) // n_questions)]
-    assert len(epochs) >= 3
-    for order in epochs:
-        assert sorted(order) == list(range(n_questions))
-    if n_questions > 3:  # fresh shuffles: the epochs do not all repeat the same order
-        assert len({tuple(o) for o in epochs}) > 1
-    assert drawn[:per_step] == step_questions(n_questions, 0, per_step, seed=3)       # deterministic
-    other = [i for s in range(steps) for i in step_questions(n_questions, s, per_step, seed=4)]
-    assert other != drawn or n_questions < 3
 
 
 def test_bfloat16_base_keeps_float32_adapters_log_probs_and_learns(tiny_model_dir):

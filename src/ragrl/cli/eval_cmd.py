@@ -28,15 +28,15 @@ def _with_query_encoder(retriever, query_encoder):
 def _multi_hop_searches(base_retriever, trained_retriever, rc) -> dict:
     """The index's encoder and the trained one, each searching the run's `rc.hops` hops with its
     history settings (deterministic top k per hop, over the same dense index)."""
-    from ragrl.methods.harr.setup import run_search  # late: keeps `ragrl --help` instant
     from ragrl.models.query_encoder import QueryEncoder  # late: keeps `ragrl --help` instant
+    from ragrl.retrieval.stochastic import multi_hop_searcher  # late: keeps `ragrl --help` instant
 
     backend = base_retriever.index.backend
     dense = getattr(backend, "dense", backend)
     encoders = {"index encoder": QueryEncoder(rc.encoder)}
     if trained_retriever is not base_retriever:
         encoders["trained encoder"] = trained_retriever.encoder
-    return {name: run_search(dense, enc, rc) for name, enc in encoders.items()}
+    return {name: multi_hop_searcher(dense, enc, rc) for name, enc in encoders.items()}
 
 
 def register(app: typer.Typer) -> None:
@@ -86,18 +86,22 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
         from ragrl.compare.runs import find_artifact, load_run_config  # late: keeps `ragrl --help` instant
+        from ragrl.methods.base import method_for  # late: keeps `ragrl --help` instant
 
         trained = load_run_config(run) if run is not None else None
+        # How the run is evaluated is its method record's to say (a retriever feeding a reader: HARR's).
+        method = method_for(trained.agent, trained.policy) if trained is not None else None
+        retriever_run = method is not None and method.evaluation == "retriever"
         rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
         agent = agent or (trained.agent if trained else "search_r1")
         model = model or (trained.model.name if trained else "smollm2-135m-instruct")
         if trained is not None:
             adapter = adapter or find_artifact(run, "adapter")
-            query_encoder = query_encoder or (find_artifact(run, "encoder") if trained.policy == "retriever" else None)
+            query_encoder = query_encoder or (find_artifact(run, "encoder") if retriever_run else None)
             if index is None and trained.data.index:
                 index = trained.data.index
-            if index is None and trained.policy == "retriever":
-                from ragrl.methods.harr.setup import cached_dense_index  # late: keeps `ragrl --help` instant
+            if index is None and retriever_run:
+                from ragrl.retrieval.resolve import cached_dense_index  # late: keeps `ragrl --help` instant
                 index = str(cached_dense_index(trained.data.corpus, trained.data.vectors, trained.retriever.encoder))
             if index is None and trained.data.corpus:
                 from ragrl.retrieval.resolve import cached_bm25_index  # late: keeps `ragrl --help` instant
@@ -143,7 +147,7 @@ def register(app: typer.Typer) -> None:
             searches = {"index encoder": base_retriever.search}
             if query_encoder is not None:
                 searches["trained encoder"] = retriever.search
-            rc = trained.retriever if trained is not None and trained.policy == "retriever" else None
+            rc = trained.retriever if retriever_run else None
             if rc is not None and rc.hops > 1:
                 # the run's own hops and history, for the index's encoder and the trained one alike
                 searches = _multi_hop_searches(base_retriever, retriever, rc)
@@ -173,7 +177,7 @@ def register(app: typer.Typer) -> None:
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
                                             compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:
-            from ragrl.methods.smartrag.threshold_engine import ThresholdDecisionEngine  # late: as above
+            from ragrl.engines.threshold import ThresholdDecisionEngine  # late: as above
             from ragrl.rollout.protocol import get_protocol  # late: keeps `ragrl --help` instant
 
             proto = get_protocol(agent)

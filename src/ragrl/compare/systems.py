@@ -25,9 +25,9 @@ from pathlib import Path
 
 from ragrl.compare.runs import RunRecord, SearchSetting
 from ragrl.engines.registry import make_engine
-from ragrl.eval.baselines import naive_rag_messages
+from ragrl.eval.batches import in_batches
 from ragrl.eval.cache import adapter_digest
-from ragrl.eval.harness import EvalConfig, run_single_turn, run_system, score
+from ragrl.eval.harness import EvalConfig, naive_rag, run_system, score
 from ragrl.eval.report import load_trajectories, write_trajectories
 from ragrl.eval.search_gain import QUESTION_DEPTH
 from ragrl.eval.search_payoff import search_events, search_payoff
@@ -39,8 +39,7 @@ from ragrl.rewards.search import first_answer_rank, gold_recall
 from ragrl.rollout.multi_turn import TRAINING_ONLY
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.runners import run_agent
-from ragrl.rollout.snippets import snippet
-from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.rollout.trajectory import Trajectory
 
 BASELINES = ("direct", "naive_rag")
 
@@ -117,12 +116,9 @@ def system_key(system: System, ctx: Context) -> dict:
 
 
 def _batches(ctx: Context, name: str, fn) -> list[Trajectory]:
-    out: list[Trajectory] = []
-    for start in range(0, len(ctx.samples), ctx.batch_size):
-        out += fn(ctx.samples[start:start + ctx.batch_size])
-        if ctx.progress:
-            ctx.progress(name, min(start + ctx.batch_size, len(ctx.samples)), len(ctx.samples))
-    return out
+    """`fn` over the comparison's questions in batches (`in_batches`), with the comparison's progress."""
+    return in_batches(ctx.samples, ctx.batch_size, fn,
+                      progress=(lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None)
 
 
 def _agent_episodes(system: System, ctx: Context, engine, retriever) -> list[list[Trajectory]]:
@@ -142,26 +138,12 @@ def _agent_episodes(system: System, ctx: Context, engine, retriever) -> list[lis
 def _reader_fed(system: System, ctx: Context) -> list[list[Trajectory]]:
     """A retriever run without a generator: its searches (every hop, with its history) feed the reader,
     who answers from all of their passages with the naive-RAG prompt."""
-    rc = system.run.cfg.retriever
-    k = system.run.cfg.rollout.topk
-    search = system.run.method.eval_retriever(system.run.cfg, system.artifact).searcher(rc.hops)
-    words = system.run.cfg.rollout.passage_words
-
-    def batch_fn(batch):
-        hits = search([q["question"] for q in batch], k)
-        msgs = [naive_rag_messages(q["question"], [replace(h, text=snippet(h.text, q["question"], words)) for h in hs])
-                for q, hs in zip(batch, hits)]
-        trajs = run_single_turn(ctx.reader_engine(), batch, msgs, EvalConfig(seed=ctx.seed))
-        for q, t, hs in zip(batch, trajs, hits):
-            hops = [hs[i:i + k] for i in range(0, len(hs), k)]
-            t.turns = [Turn(action_text="", kind="search", queries=[q["question"] if h == 0 else f"hop {h + 1}: "
-                            "the question with what earlier hops found"], passage_ids=[[x.id for x in hop]])
-                       for h, hop in enumerate(hops)] + t.turns[-1:]
-            t.turns[-1].passage_ids = []
-            t.num_searches = len(hops)
-        return trajs
-
-    return [[t] for t in _batches(ctx, system.name, batch_fn)]
+    cfg = system.run.cfg
+    search = system.run.method.eval_retriever(cfg, system.artifact).searcher(cfg.retriever.hops)
+    ecfg = EvalConfig(seed=ctx.seed, topk=cfg.rollout.topk)
+    ecfg.rollout = replace(ecfg.rollout, passage_words=cfg.rollout.passage_words)
+    return [[t] for t in _batches(ctx, system.name, lambda batch: naive_rag(ctx.reader_engine(), search, batch, ecfg,
+                                                                            hop_size=cfg.rollout.topk))]
 
 
 def _baseline(system: System, ctx: Context) -> list[list[Trajectory]]:
@@ -169,10 +151,6 @@ def _baseline(system: System, ctx: Context) -> list[list[Trajectory]]:
     ecfg.rollout = replace(ecfg.rollout, passage_words=40)
     trajs = _batches(ctx, system.name, lambda batch: run_system(system.name, ctx.reader_engine(), ctx.retriever,
                                                                  batch, ecfg))
-    for q, t in zip(ctx.samples, trajs):
-        for turn in t.turns:   # naive RAG's one search: the question itself
-            if turn.passage_ids:
-                turn.queries = [q["question"]]
     return [[t] for t in trajs]
 
 

@@ -9,15 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ragrl.eval.search_payoff import break_even_cost, payoff_summary
-from ragrl.eval.stats import (
-    QA_METRICS,
-    bootstrap_ci,
-    format_p,
-    paired_bootstrap_diff,
-    paired_diffs,
-    per_question_scores,
-    summarize,
-)
+from ragrl.eval.cells import ci_cell, diff_cell, format_p, markdown_table
+from ragrl.eval.stats import QA_METRICS, ci_record, paired_diffs, paired_record, per_question_scores, summarize
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -25,8 +18,7 @@ def _ci(values: Sequence[float], scale: float, n_boot: int, seed: int) -> dict |
     values = [float(v) for v in values if v is not None]
     if not values:
         return None
-    mean, lo, hi = bootstrap_ci(values, n_boot=n_boot, seed=seed)
-    return {"mean": scale * mean, "ci_lo": scale * lo, "ci_hi": scale * hi, "n": len(values)}
+    return ci_record(values, scale=scale, n_boot=n_boot, seed=seed)
 
 
 def system_row(trajs: list[Trajectory], wall_s: float, *, n_boot: int = 2000, seed: int = 0) -> dict:
@@ -54,8 +46,7 @@ def paired_search_gain(a: list[Trajectory], b: list[Trajectory], *, n_boot: int 
     ids = [i for i, v in ga.items() if v is not None and gb.get(i) is not None]
     if not ids:
         return None
-    d, lo, hi, p = paired_bootstrap_diff([ga[i] for i in ids], [gb[i] for i in ids], n_boot=n_boot, seed=seed)
-    return {"diff": 100 * d, "ci_lo": 100 * lo, "ci_hi": 100 * hi, "p_value": p, "n": len(ids)}
+    return paired_record([ga[i] for i in ids], [gb[i] for i in ids], n_boot=n_boot, seed=seed)
 
 
 def verdict(diff: dict | None) -> str:
@@ -114,22 +105,6 @@ def build_table(results: dict[str, dict], systems: Sequence, *, train_times: dic
             "no_search": no_search}
 
 
-def _cell(m: dict | None, fmt: str = ".1f") -> str:
-    return "n/a" if m is None else f"{m['mean']:{fmt}} [{m['ci_lo']:{fmt}}, {m['ci_hi']:{fmt}}]"
-
-
-def _diff(d: dict | None, key: str) -> str:
-    if not d or key not in d:
-        return "n/a"
-    x = d[key]
-    return f"{x['diff']:+.1f} [{x['ci_lo']:+.1f}, {x['ci_hi']:+.1f}]"
-
-
-def _md(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def _trained(t: dict | None) -> str:
     if not t or t.get("seconds") is None:
         return ""
@@ -142,11 +117,11 @@ def markdown(table: dict, meta: dict) -> str:
     md = ["# ragrl compare", ""]
     md += [f"- **{k}**: {v}" for k, v in meta.items() if v not in (None, "", [])]
     md += ["", "## Systems", ""]
-    md += _md(["system", "method", "EM", "F1", "cover-EM", "answer@shown", "search gain", "searches/q", "tokens/q",
+    md += markdown_table(["system", "method", "EM", "F1", "cover-EM", "answer@shown", "search gain", "searches/q", "tokens/q",
                "s/q", "trained for"],
-              [[name, r["method"] or "baseline", _cell(r["em"]), _cell(r["f1"]), _cell(r["cover_em"]),
-                _cell(r["answer_shown"]), _cell(r.get("search_gain")), _cell(r["searches"], ".2f"),
-                _cell(r["tokens"], ".0f"), f"{r['seconds_per_q']:.2f}", _trained(r["trained"])]
+              [[name, r["method"] or "baseline", ci_cell(r["em"]), ci_cell(r["f1"]), ci_cell(r["cover_em"]),
+                ci_cell(r["answer_shown"]), ci_cell(r.get("search_gain")), ci_cell(r["searches"], ".2f"),
+                ci_cell(r["tokens"], ".0f"), f"{r['seconds_per_q']:.2f}", _trained(r["trained"])]
                for name, r in rows.items()])
     md += ["", ("Percent with 95% bootstrap CIs over the questions, greedy decoding. answer@shown: a gold answer is "
                 "in a passage the reader was shown. search gain: answer@shown minus the same for the question's own "
@@ -159,22 +134,22 @@ def markdown(table: dict, meta: dict) -> str:
         md += ["", "Not re-run: " + "; ".join(reused) + "."]
     if table["vs_baseline"]:
         md += ["", f"## Against {table['baseline']} (paired, percentage points)", ""]
-        md += _md(["system", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "p (ΔF1 ≤ 0)"],
-                  [[name, str(d["n_paired"]), *(_diff(d, k) for k in QA_METRICS),
-                    _diff({"g": d["search_gain"]} if d.get("search_gain") else None, "g"), format_p(d["f1"]["p_value"])]
+        md += markdown_table(["system", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "p (ΔF1 ≤ 0)"],
+                  [[name, str(d["n_paired"]), *(diff_cell(d.get(k)) for k in QA_METRICS),
+                    diff_cell(d.get("search_gain")), format_p(d["f1"]["p_value"])]
                    for name, d in table["vs_baseline"].items() if d])
     if table["vs_start"]:
         md += ["", "## Against each run's start (paired, percentage points)", ""]
-        md += _md(["run", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "verdict"],
-                  [[name, str(d.get("n_paired", 0)), *(_diff(d, k) for k in QA_METRICS),
-                    _diff({"g": d["search_gain"]} if d.get("search_gain") else None, "g"), d["verdict"]]
+        md += markdown_table(["run", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "verdict"],
+                  [[name, str(d.get("n_paired", 0)), *(diff_cell(d.get(k)) for k in QA_METRICS),
+                    diff_cell(d.get("search_gain")), d["verdict"]]
                    for name, d in table["vs_start"].items()])
     own = {name: r["method_metrics"] for name, r in rows.items() if r.get("method_metrics")}
     if own:
         md += ["", "## Each method's own metrics", ""]
         md += [f"- **{name}**: " + ", ".join(f"{k} {v:.1f}" for k, v in m.items()) for name, m in own.items()]
     md += ["", "## Searches that paid off", ""]
-    md += _md(["system", "searches", "paid off %", "first gold %", "first answer %", "break-even cost", "its cost"],
+    md += markdown_table(["system", "searches", "paid off %", "first gold %", "first answer %", "break-even cost", "its cost"],
               [[name, str(p["searches"]), *(f"{p[k]:.1f}" if p[k] is not None else "n/a" for k in ("paid", "gold", "answer")),
                 f"{r['break_even_cost']:+.3f}" if r["break_even_cost"] is not None else "n/a",
                 f"{r['cost_per_search']:.3f}" if r["cost_per_search"] is not None else ""]

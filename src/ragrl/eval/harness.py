@@ -17,6 +17,7 @@ from typing import Callable
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
+from ragrl.eval.batches import in_batches
 from ragrl.eval.search_gain import annotate_search_gain, records_shown_passages
 from ragrl.eval.stats import SEARCH_METRICS, summarize
 from ragrl.retrieval.base import Retriever
@@ -25,7 +26,7 @@ from ragrl.rollout.multi_turn import TRAINING_ONLY, RolloutConfig, chat_ids
 from ragrl.rollout.protocol import default_text_protocol, get_protocol
 from ragrl.rollout.runners import answering, run_agent
 from ragrl.rollout.snippets import snippet
-from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 SYSTEMS = ("direct", "naive_rag", "agent")
 
@@ -55,8 +56,8 @@ def score(traj: Trajectory) -> Trajectory:
 
 
 def run_single_turn(engine: Engine, samples: list[dict], messages: list[list[dict]],
-                    cfg: EvalConfig, passage_ids: list[list[str]] | None = None) -> list[Trajectory]:
-    """One greedy answer per question from chat `messages` (the baselines)."""
+                    cfg: EvalConfig) -> list[Trajectory]:
+    """One greedy answer per question from chat `messages` (the baselines; `naive_rag` adds its searches)."""
     tok = engine.tokenizer
     prompts = [chat_ids(tok, m) for m in messages]
     params = SamplingParams(max_new_tokens=cfg.max_answer_tokens, temperature=0.0, stop=["\n"], seed=cfg.seed)
@@ -66,15 +67,34 @@ def run_single_turn(engine: Engine, samples: list[dict], messages: list[list[dic
         g = g[0]
         text = g.text or tok.decode(g.token_ids, skip_special_tokens=False)
         ans = baseline_answer(text.replace("<|im_end|>", ""))
-        ids = passage_ids[i] if passage_ids else []
         out.append(Trajectory(
             sample_id=str(s.get("id", i)), question=s["question"], golds=list(s["answers"]),
             token_ids=p + g.token_ids, action_mask=[0] * len(p) + [1] * len(g.token_ids),
             logprobs=[0.0] * len(p) + list(g.logprobs), prompt_len=len(p), group=i,
-            turns=[Turn(action_text=text, kind="answer", passage_ids=[ids] if ids else [])],
-            answer=ans, num_searches=1 if ids else 0, num_turns=1, stop_reason="answer",
+            turns=[Turn(action_text=text, kind="answer")],
+            answer=ans, num_searches=0, num_turns=1, stop_reason=EpisodeEnd.ANSWER,
         ))
     return out
+
+
+def naive_rag(engine: Engine, search: Callable, samples: list[dict], cfg: EvalConfig, *,
+              hop_size: int | None = None) -> list[Trajectory]:
+    """Naive RAG, the one way it is built: `search(questions, cfg.topk)` for each question itself, each
+    passage cut to its snippet of `cfg.rollout.passage_words` words, answered greedily with the naive-RAG
+    prompt. A multi-hop search (a retriever run's) returns every hop's passages in hop order; `hop_size`
+    splits them. Each hop is recorded as a search turn whose query is the question (a later hop adds
+    what earlier ones found to the question's embedding, not to its text), then the answer turn."""
+    hits = search([s["question"] for s in samples], cfg.topk)
+    msgs = [naive_rag_messages(s["question"], [replace(h, text=snippet(h.text, s["question"], cfg.rollout.passage_words))
+                                              for h in hs]) for s, hs in zip(samples, hits)]
+    trajs = run_single_turn(engine, samples, msgs, cfg)
+    for s, t, hs in zip(samples, trajs, hits):
+        size = hop_size or max(len(hs), 1)
+        hops = [hs[i:i + size] for i in range(0, len(hs), size)]
+        t.turns = [Turn(action_text="", kind="search", queries=[s["question"]], passage_ids=[[h.id for h in hop]])
+                   for hop in hops] + t.turns
+        t.num_searches = len(hops)
+    return trajs
 
 
 def run_system(system: str, engine: Engine, retriever: Retriever | None, samples: list[dict],
@@ -85,11 +105,7 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
     if system == "naive_rag":
         if retriever is None:
             raise ConfigError("naive_rag needs a retriever (an index directory or URL)")
-        hits = retriever.search([s["question"] for s in samples], cfg.topk)
-        short = [[replace(h, text=snippet(h.text, s["question"], cfg.rollout.passage_words)) for h in hs]
-                 for s, hs in zip(samples, hits)]
-        msgs = [naive_rag_messages(s["question"], hs) for s, hs in zip(samples, short)]
-        return run_single_turn(engine, samples, msgs, cfg, [[h.id for h in hs] for hs in hits])
+        return naive_rag(engine, retriever.search, samples, cfg)
     if system == "agent":
         protocol = get_protocol(cfg.agent)
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
@@ -115,12 +131,9 @@ def evaluate(engine: Engine, retriever: Retriever | None, samples: list[dict], c
     results: dict[str, dict] = {}
     for system in cfg.systems:
         t0 = time.perf_counter()
-        trajs: list[Trajectory] = []
-        for start in range(0, len(samples), cfg.batch_size):
-            batch = samples[start: start + cfg.batch_size]
-            trajs += [score(t) for t in run_system(system, engine, retriever, batch, cfg)]
-            if progress:
-                progress(system, len(trajs), len(samples))
+        trajs: list[Trajectory] = in_batches(
+            samples, cfg.batch_size, lambda batch: [score(t) for t in run_system(system, engine, retriever, batch, cfg)],
+            progress=(lambda done, total: progress(system, done, total)) if progress else None)
         if system == "agent" and retriever is not None and records_shown_passages(trajs):
             annotate_search_gain(trajs, retriever)   # what its own searches found, against the question's
         name = cfg.agent if system == "agent" else system

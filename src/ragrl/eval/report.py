@@ -18,10 +18,10 @@ from rich.table import Table
 
 import ragrl
 from ragrl.errors import RagrlError
+from ragrl.eval.cells import ci_cell, diff_cell, format_p, markdown_table
 from ragrl.eval.stats import (
     METRIC_TITLES,
     QA_METRICS,
-    format_p,
     paired_diffs,
     per_question_scores,
     summarize,
@@ -77,36 +77,19 @@ def recompute_summary(jsonl_path: str | Path, *, wall_time_s: float = 0.0, n_boo
 
 # ---------------------------------------------------------------- formatting
 
-def _ci_cell(m: dict | None) -> str:
-    return "n/a" if m is None else f"{m['mean']:.1f} [{m['ci_lo']:.1f}, {m['ci_hi']:.1f}]"
-
-
-def _diff_cell(d: dict) -> str:
-    text = f"{d['diff']:+.1f}"
-    if "ci_lo" in d:
-        text += f" [{d['ci_lo']:+.1f}, {d['ci_hi']:+.1f}]"
-    return text
-
-
 def _search_gain_cells(s: dict) -> list[str]:
     """The search gain at equal passages and answer@shown (eval/search_gain.py), where the system's
     episodes recorded what their searches showed; n/a elsewhere."""
     if "search_gain" not in s:
         return ["n/a", "n/a"]
     gain = s["search_gain"]
-    return [f"{gain['mean']:+.1f} [{gain['ci_lo']:+.1f}, {gain['ci_hi']:+.1f}]", f"{s['answer_shown']['mean']:.1f}"]
+    return [ci_cell(gain, signed=True), f"{s['answer_shown']['mean']:.1f}"]
 
 
 def _row_cells(label: str, s: dict) -> list[str]:
-    return [label, *(_ci_cell(s.get(k)) for k in QA_METRICS), *_search_gain_cells(s),
+    return [label, *(ci_cell(s.get(k)) for k in QA_METRICS), *_search_gain_cells(s),
             f"{s['searches_per_q']:.2f}", f"{s['turns_per_q']:.2f}", f"{s['tokens_per_q']:.1f}",
             f"{100 * s['format_error_rate']:.1f}%", f"{s['wall_time_s']:.1f}"]
-
-
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def format_table(results: dict[str, dict]) -> str:
@@ -133,12 +116,12 @@ def _paired_section(paired: dict[str, dict | None], baseline: str) -> str:
             continue
         cells = [system, str(d["n_paired"]) if "n_paired" in d else "unpaired"]
         for k in QA_METRICS:
-            cells += [_diff_cell(d[k]), format_p(d[k].get("p_value"))]
+            cells += [diff_cell(d[k]), format_p(d[k].get("p_value"))]
         rows.append(cells)
     return (f"## Differences vs `{baseline}` (system − baseline, percentage points)\n\n"
             "Paired bootstrap over the questions both systems answered; p is the one-sided "
             "p-value that the system is not better than the baseline.\n\n"
-            + _markdown_table(header, rows) + "\n")
+            + "\n".join(markdown_table(header, rows)) + "\n")
 
 
 def _json_default(obj):
@@ -214,7 +197,7 @@ def write_report(out_dir: str | Path, results: dict[str, dict], meta: dict, *,
     md += [f"- **{k}**: {v}" for k, v in full_meta.items() if v is not None and k != "decoding"]
     if full_meta.get("decoding") is not None:
         md.append(f"- **decoding**: `{json.dumps(full_meta['decoding'], default=_json_default)}`")
-    md += ["", _markdown_table(TABLE_HEADER, [_row_cells(s, systems[s]) for s in systems]), "",
+    md += ["", "\n".join(markdown_table(TABLE_HEADER, [_row_cells(s, systems[s]) for s in systems])), "",
            "EM / F1 / cover-EM in percent with 95% percentile-bootstrap CIs; format errors = share "
            "of questions with at least one malformed action.", ""]
     if paired:
@@ -269,7 +252,7 @@ def compare_report(out_path: str | Path, rows: Sequence[tuple[str, dict]], basel
             "pairs": pair_diffs, **(extra or {})}
     _write_json(out.with_suffix(".json"), data)
     md = ["# ragrl before/after", "", *([f"**{warning}**", ""] if warning else []),
-          _markdown_table(TABLE_HEADER, [_row_cells(lb, s) for lb, s in rows]), ""]
+          "\n".join(markdown_table(TABLE_HEADER, [_row_cells(lb, s) for lb, s in rows])), ""]
     if paired:
         md.append(_paired_section(paired, baseline_label))
     for reference, diffs in pair_diffs.items():

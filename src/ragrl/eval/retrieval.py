@@ -13,7 +13,9 @@ import re
 import time
 
 from ragrl.datasets import load_questions, with_heuristic_gold
-from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
+from ragrl.eval.batches import SEARCH_BATCH, in_batches
+from ragrl.eval.cells import ci_cell, diff_cell
+from ragrl.eval.stats import bootstrap_ci, paired_record
 from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
 from ragrl.rewards.search import gold_recall
 
@@ -31,7 +33,7 @@ def load_held_out(sets: dict[str, str] | None = None) -> dict[str, list[dict]]:
 
 
 def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = False,
-                   batch_size: int = 64, hop_size: int | None = None, hits_out: dict | None = None) -> dict:
+                   batch_size: int = SEARCH_BATCH, hop_size: int | None = None, hits_out: dict | None = None) -> dict:
     """Deterministic top-k for every question (the question as the query); metrics in percent.
 
     `search` may return several hops' passages in hop order (k · hops); all of them are scored.
@@ -40,9 +42,7 @@ def retrieval_eval(search, samples: list[dict], k: int, *, per_question: bool = 
     (`answer_hop{h}`) came from hop h. hits_out, a dict, receives {id: [Hit]} (the passages
     themselves, e.g. for `ragrl.eval.retriever_view.retrieval_rows`; the result keeps only ids)."""
     t0 = time.perf_counter()
-    hits = []
-    for s in range(0, len(samples), batch_size):
-        hits += search([q["question"] for q in samples[s:s + batch_size]], k)
+    hits = in_batches(samples, batch_size, lambda batch: search([q["question"] for q in batch], k))
     rows = {}
     for q, hs in zip(samples, hits):
         row = {"hits": [h.id for h in hs]}
@@ -87,6 +87,16 @@ def summarize_rows(rows: dict, hop_size: int | None = None) -> dict:
     return out
 
 
+def summary_ci(summary: dict, key: str) -> dict | None:
+    """`key`'s CI record ({mean, ci_lo, ci_hi}) from a `summarize_rows` summary, which keeps them flat
+    (`recall`, `recall_lo`, `recall_hi`); None when the summary has no `key`.
+
+    >>> summary_ci({"recall": 50.0, "recall_lo": 40.0, "recall_hi": 60.0}, "recall")
+    {'mean': 50.0, 'ci_lo': 40.0, 'ci_hi': 60.0}
+    """
+    return {"mean": summary[key], "ci_lo": summary[f"{key}_lo"], "ci_hi": summary[f"{key}_hi"]} if key in summary else None
+
+
 def compare_rows(rows: dict[str, dict], baseline: str, hop_size: int | None = None) -> dict:
     """`compare_retrievers`' result from per-question rows already computed ({system: {id: row}})."""
     out = {name: {**summarize_rows(r, hop_size), "per_question": r} for name, r in rows.items()}
@@ -94,7 +104,7 @@ def compare_rows(rows: dict[str, dict], baseline: str, hop_size: int | None = No
 
 
 def paired_against(rows: dict[str, dict], baseline: str) -> dict:
-    """{"paired": {system: {metric: {diff, lo, hi, p}}}, "changed": {system: {metric: {gained, lost}}}}
+    """{"paired": {system: {metric: paired_record}}, "changed": {system: {metric: {gained, lost}}}}
     of every system's per-question rows against `baseline`'s."""
     out: dict = {"paired": {}, "changed": {}}
     for name in rows:
@@ -108,7 +118,7 @@ def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: st
     """Evaluate several retrievers on the same questions; paired differences against `baseline`.
 
     searches: {name: search(queries, k)}. Returns {name: metrics, "paired": {name: {metric:
-    {diff, lo, hi, p}}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
+    paired_record}}, "changed": {name: {gained, lost}}} with metrics in percent; `gained`
     counts questions whose top k holds a gold passage (or the answer) only with `name`.
     hits_out, a dict, receives {name: {id: [Hit]}} (see `retrieval_eval`)."""
     out = {name: retrieval_eval(fn, samples, k, per_question=True, hop_size=hop_size,
@@ -118,7 +128,7 @@ def compare_retrievers(searches: dict, samples: list[dict], k: int, baseline: st
 
 
 def paired_rows(base: dict, new: dict, keys: tuple[str, ...] = ("recall", "answer_at_k")) -> tuple[dict, dict]:
-    """Two systems' per-question rows ({id: {metric: 0-1}}) → ({metric: {diff, lo, hi, p}} in
+    """Two systems' per-question rows ({id: {metric: 0-1}}) → ({metric: paired_record} in
     percent, {metric: {gained, lost}}) for each metric in `keys`, over the questions both have it for.
 
     >>> paired, changed = paired_rows({"a": {"f1": 0.0}, "b": {"f1": 0.5}}, {"a": {"f1": 1.0}, "b": {"f1": 0.5}},
@@ -132,8 +142,7 @@ def paired_rows(base: dict, new: dict, keys: tuple[str, ...] = ("recall", "answe
         ids = [q for q in base if key in base[q] and key in new.get(q, {})]
         if not ids:
             continue
-        d, lo, hi, p = paired_bootstrap_diff([base[q][key] for q in ids], [new[q][key] for q in ids])
-        paired[key] = {"diff": 100 * d, "lo": 100 * lo, "hi": 100 * hi, "p": p}
+        paired[key] = paired_record([base[q][key] for q in ids], [new[q][key] for q in ids])
         changed[key] = {"gained": sum(new[q][key] > base[q][key] for q in ids),
                         "lost": sum(new[q][key] < base[q][key] for q in ids)}
     return paired, changed
@@ -181,8 +190,8 @@ def format_comparison(result: dict, names: list[str], baseline: str, title: str 
             if key not in r:
                 cells += ["–", "–"]
                 continue
-            cells.append(f"{r[key]:.1f} [{r[key + '_lo']:.1f}, {r[key + '_hi']:.1f}] (n={r[key + '_n']})")
+            cells.append(f"{ci_cell(summary_ci(r, key))} (n={r[key + '_n']})")
             pd = result.get("paired", {}).get(name, {}).get(key)
-            cells.append(f"{pd['diff']:+.1f} [{pd['lo']:+.1f}, {pd['hi']:+.1f}], p {format_p(pd['p'])}" if pd else "–")
+            cells.append(diff_cell(pd, with_p=True) if pd else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines).strip() + "\n"

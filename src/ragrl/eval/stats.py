@@ -60,6 +60,18 @@ def bootstrap_ci(
     return float(x.mean()), float(lo), float(hi)
 
 
+def ci_record(values: Sequence[float], *, scale: float = 100.0, n_boot: int = 2000, alpha: float = 0.05,
+              seed: int = 0) -> dict:
+    """The one record of a mean with its bootstrap CI (`bootstrap_ci`), in the table's unit (`scale`
+    100: fractions become percent): {"mean", "ci_lo", "ci_hi", "n"}. `ragrl.eval.cells.ci_cell` formats it.
+
+    >>> ci_record([0, 1, 1, 1])["mean"], ci_record([2, 2], scale=1.0)
+    (75.0, {'mean': 2.0, 'ci_lo': 2.0, 'ci_hi': 2.0, 'n': 2})
+    """
+    mean, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
+    return {"mean": scale * mean, "ci_lo": scale * lo, "ci_hi": scale * hi, "n": len(values)}
+
+
 def paired_bootstrap_diff(
     a: Sequence[float], b: Sequence[float], *, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
 ) -> tuple[float, float, float, float]:
@@ -80,6 +92,20 @@ def paired_bootstrap_diff(
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     p = (1.0 + float(np.sum(means <= 0.0))) / (1.0 + n_boot)
     return float(diff.mean()), float(lo), float(hi), p
+
+
+def paired_record(a: Sequence[float], b: Sequence[float], *, scale: float = 100.0, n_boot: int = 2000,
+                  alpha: float = 0.05, seed: int = 0) -> dict:
+    """The one record of a paired difference b - a (`paired_bootstrap_diff`), in the table's unit
+    (`scale` 100: fractions become points): {"diff", "ci_lo", "ci_hi", "p_value", "n"}.
+    `ragrl.eval.cells.diff_cell` formats it.
+
+    >>> r = paired_record([0, 0, 1, 1], [1, 0, 1, 1])
+    >>> r["diff"], r["n"], r["ci_lo"] >= 0.0, r["ci_hi"] <= 100.0
+    (25.0, 4, True, True)
+    """
+    d, lo, hi, p = paired_bootstrap_diff(a, b, n_boot=n_boot, alpha=alpha, seed=seed)
+    return {"diff": scale * d, "ci_lo": scale * lo, "ci_hi": scale * hi, "p_value": p, "n": len(a)}
 
 
 def paired_z(a: Sequence[float], b: Sequence[float]) -> float:
@@ -141,7 +167,7 @@ def summarize(
 ) -> dict:
     """One system's numbers over its trajectories (one per question).
 
-    em / f1 / cover_em: {"mean", "ci_lo", "ci_hi"} in percent (0-100).
+    em / f1 / cover_em: `ci_record`s, {"mean", "ci_lo", "ci_hi", "n"} in percent (0-100).
     format_error_rate and answer_rate are fractions (0-1); *_per_q are means per trajectory.
     With per_question=True the summary also carries {sample_id: {metric: score in 0-1}}
     so that compare_report can pair systems question by question.
@@ -151,8 +177,7 @@ def summarize(
         raise RagrlError("summarize: no trajectories (did the eval run on zero questions?)")
     summary: dict = {"n": len(trajs)}
     for key in QA_METRICS:
-        mean, lo, hi = bootstrap_ci([_metric(t, key) for t in trajs], n_boot=n_boot, alpha=alpha, seed=seed)
-        summary[key] = {"mean": 100.0 * mean, "ci_lo": 100.0 * lo, "ci_hi": 100.0 * hi}
+        summary[key] = ci_record([_metric(t, key) for t in trajs], n_boot=n_boot, alpha=alpha, seed=seed)
     n = len(trajs)
     summary["searches_per_q"] = sum(t.num_searches for t in trajs) / n
     summary["turns_per_q"] = sum(t.num_turns for t in trajs) / n
@@ -164,8 +189,7 @@ def summarize(
     for key in SEARCH_METRICS:
         values = [t.metrics[key] for t in trajs if t.metrics.get(key) is not None]
         if values:
-            mean, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
-            summary[key] = {"mean": 100.0 * mean, "ci_lo": 100.0 * lo, "ci_hi": 100.0 * hi, "n": len(values)}
+            summary[key] = ci_record(values, n_boot=n_boot, alpha=alpha, seed=seed)
     summary["wall_time_s"] = float(wall_time_s)
     summary["bootstrap"] = {"n_boot": n_boot, "alpha": alpha, "seed": seed}
     if per_question:
@@ -204,16 +228,6 @@ def paired_diffs(
         return None
     out: dict = {"n_paired": len(shared)}
     for key in QA_METRICS:
-        d, lo, hi, p = paired_bootstrap_diff([base[s][key] for s in shared], [other[s][key] for s in shared],
-                                             n_boot=n_boot, alpha=alpha, seed=seed)
-        out[key] = {"diff": 100.0 * d, "ci_lo": 100.0 * lo, "ci_hi": 100.0 * hi, "p_value": p}
+        out[key] = paired_record([base[s][key] for s in shared], [other[s][key] for s in shared],
+                                 n_boot=n_boot, alpha=alpha, seed=seed)
     return out
-
-
-def format_p(p: float | None) -> str:
-    """A p-value for a table: the bootstrap's floor (1 / (n_boot + 1)) reads as "<0.001".
-
-    >>> format_p(0.0004997), format_p(0.0213), format_p(None)
-    ('<0.001', '0.021', 'n/a')
-    """
-    return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"

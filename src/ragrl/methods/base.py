@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 from ragrl.policy.base import Policy
 from ragrl.errors import ConfigError
 from ragrl.registry import Registry
@@ -47,6 +48,12 @@ class Method:
     sft_builders: Mapping[str, Callable] = field(default_factory=dict)
     # Policy setups it adds (what is trained and how it rolls out): `policy:` names, e.g. retriever.
     setups: Mapping[str, Callable] = field(default_factory=dict)
+    # Advantage estimators it adds (`algo.estimator` names): each wrapped by
+    # `ragrl.algos.registry.uniform_estimator`, which declares the data it reads.
+    estimators: Mapping[str, Callable] = field(default_factory=dict)
+    # Policy-gradient losses it adds (`algo.policy_loss` names): (logprobs, old_logprobs,
+    # advantages, mask [B, T], algo cfg) -> (scalar loss, stats), like `ragrl.algos.registry.ppo_clip`.
+    policy_losses: Mapping[str, Callable] = field(default_factory=dict)
     # Checks of the settings this method owns, run on every resolved config (so its settings are
     # refused where they would be ignored, and bad combinations of them before any work).
     check: Callable[[Any], None] | None = None
@@ -113,6 +120,10 @@ def register_method(method: Method) -> Method:
         REWARDS.register(name, reward)
     for name, check in method.reward_checks.items():
         REWARD_CHECKS.register(name, check)
+    for name, estimator in method.estimators.items():
+        ADVANTAGE_ESTIMATORS.register(name, estimator)
+    for name, loss in method.policy_losses.items():
+        POLICY_LOSSES.register(name, loss)
     if method.default_text_protocol:
         set_default_text_protocol(method.protocols[0].name)
     METHODS.register(method.name, method)
@@ -128,7 +139,8 @@ def unregister_method(name: str) -> None:
     for protocol in method.protocols:
         PROTOCOLS.unregister(protocol.name)
     for registry, names in ((RUNNERS, method.runners), (REWARDS, method.rewards),
-                            (REWARD_CHECKS, method.reward_checks)):
+                            (REWARD_CHECKS, method.reward_checks), (ADVANTAGE_ESTIMATORS, method.estimators),
+                            (POLICY_LOSSES, method.policy_losses)):
         for n in names:
             registry.unregister(n)
 

@@ -14,7 +14,7 @@ from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rewards.qa import normalize_answer
 from ragrl.rollout.multi_turn import RolloutConfig, build_observation, prompt_ids
 from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol
-from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its open <think>
 
@@ -131,7 +131,7 @@ def _finish(t: Trajectory, tok, protocol: TextProtocol, answer: str, thought: st
     action = render_answer(protocol, answer, thought, first=not t.turns)
     _append(t, tok, action, [])
     t.turns.append(Turn(action_text=action, kind="answer"))
-    t.answer, t.num_turns, t.stop_reason = answer, len(t.turns), "answer"
+    t.answer, t.num_turns, t.stop_reason = answer, len(t.turns), EpisodeEnd.ANSWER
     return t
 
 

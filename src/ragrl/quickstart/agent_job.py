@@ -26,13 +26,13 @@ from ragrl.eval.plots import line_plot
 from ragrl.eval.report import compare_report, write_report
 from ragrl.eval.stats import summarize
 from ragrl.policy.lm_model import build_policy
+from ragrl.policy.model_config import engine_for
 from ragrl.retrieval.resolve import cached_bm25_index, make_retriever
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
 from ragrl.train.recipe import load_train_config, sft_warm_start
 from ragrl.train.progress import sft_progress
 from ragrl.train.run_dir import read_metrics
-from ragrl.train.setup import make_train_engine
 from ragrl.train.trackers import report_files
 from ragrl.train.trainer import Trainer
 from ragrl.yaml_config import parse_overrides
@@ -128,7 +128,7 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
     samples = load_questions(cfg.data.eval, limit=cfg.data.eval_n)
     console.print("    loading SmolLM2-135M-Instruct (converted once from the GGUF wheel)")
     model, tok, _ = build_policy(cfg.model)
-    engine = make_train_engine(cfg, model, tok)
+    engine = engine_for(cfg.model, model, tok)
 
     console.print("2/6 baseline evaluation (untrained agent and naive RAG)")
     with model.disable_adapter():   # LoRA starts at zero, but be explicit: this is the base model

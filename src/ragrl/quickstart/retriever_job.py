@@ -31,17 +31,19 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
+from ragrl.eval.batches import SEARCH_BATCH, in_batches
+from ragrl.eval.cells import ci_cell, diff_cell
 from ragrl.eval.harness import EvalConfig, evaluate, score
 from ragrl.eval.plots import line_plot
 from ragrl.eval.retrieval import by_question_kind, compare_retrievers, compare_rows, format_comparison, load_held_out
 from ragrl.eval.retriever_view import ROWS_FILE, retrieval_rows, write_retrieval_rows
-from ragrl.eval.stats import bootstrap_ci, format_p, paired_bootstrap_diff
+from ragrl.eval.stats import ci_record, paired_record
 from ragrl.eval.viewer import write_view
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
 from ragrl.policy.model_config import engine_for
-from ragrl.methods.harr.setup import run_search
 from ragrl.quickstart.agent_job import fresh_run_config, say_if_cut
+from ragrl.retrieval.stochastic import multi_hop_searcher
 from ragrl.train.run_dir import read_metrics
 from ragrl.train.trackers import report_files
 from ragrl.train.trainer import Trainer
@@ -54,11 +56,8 @@ def naive_rag_answers(engine, search, samples, cfg, reuse: dict | None = None) -
     """Naive RAG with the frozen generator over `search`'s top k; {id: trajectory}. Questions
     whose top-k ids equal those in `reuse` keep reuse's trajectory (greedy: same prompt, same answer)."""
 
-    hits = {}
-    for s in range(0, len(samples), 64):
-        part = samples[s:s + 64]
-        for q, hs in zip(part, search([x["question"] for x in part], cfg.rollout.topk)):
-            hits[str(q["id"])] = [h.id for h in hs]
+    found = in_batches(samples, SEARCH_BATCH, lambda batch: search([x["question"] for x in batch], cfg.rollout.topk))
+    hits = {str(q["id"]): [h.id for h in hs] for q, hs in zip(samples, found)}
     todo = [q for q in samples if reuse is None or reuse[str(q["id"])][0] != hits[str(q["id"])]]
     out = {} if reuse is None else {k: v for k, v in reuse.items() if k not in {str(q["id"]) for q in todo}}
 
@@ -121,7 +120,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     dense = trainer.setup.extras["sampler"].index
     # The starting point searches exactly as the trained encoder will: the same hops, history and
     # passages per hop; only the encoder differs (the index's own, frozen).
-    base_search = run_search(dense, QueryEncoder(rc.encoder), rc)
+    base_search = multi_hop_searcher(dense, QueryEncoder(rc.encoder), rc)
     k, hop_size = cfg.rollout.topk * rc.hops, (cfg.rollout.topk if rc.hops > 1 else None)
     console.print(f"    {len(dense)} passages; {rc.hops} hop(s) of {cfg.rollout.topk} passages"
                   + (" with HARR's history" if rc.hops > 1 and rc.history else "") + f", the reader is given {k}; test: "
@@ -153,7 +152,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                   + (f"the encoder of step {best['step']} ({cfg.data.eval} {best['metric']} {best['value']:.1f})" if best else "the final encoder"))
 
     console.print("4/5 held-out evaluation with the trained encoder")
-    trained_search = run_search(dense, QueryEncoder(str(kept)), rc)
+    trained_search = multi_hop_searcher(dense, QueryEncoder(str(kept)), rc)
     report: dict = {"settings": {"corpus": "data kit corpus/wiki_passages (51,185 passages)", "index": "dense MiniLM, faiss flat",
                                  "k": k, "hops": rc.hops, "history": rc.history, "train": cfg.data.train, "dev (held apart)": cfg.data.eval,
                                  "steps": cfg.steps, "steps_trained": len(rows), "cut_by_time_bound": cut is not None,
@@ -179,9 +178,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
         qa = {}
         for key in ("em", "f1"):
             a, b = [qa_base[i][key] for i in ids], [qa_rl[i][key] for i in ids]
-            d, lo, hi, p = paired_bootstrap_diff(a, b)
-            qa[key] = {"base": [100 * x for x in bootstrap_ci(a)], "rl": [100 * x for x in bootstrap_ci(b)],
-                       "diff": [100 * d, 100 * lo, 100 * hi], "p": p}
+            qa[key] = {"base": ci_record(a), "rl": ci_record(b), "diff": paired_record(a, b)}
         changed = sum(down[i][0] != base_down[name][i][0] for i in ids)
         slim = {k: ({m: x for m, x in v.items() if m != "per_question"} if k in ("base encoder", "RL encoder") else v)
                 for k, v in comp.items()}
@@ -201,9 +198,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                "| metric | base encoder | RL encoder | Δ [95% CI], p |", "|---|---|---|---|"]
         for key in ("em", "f1"):
             r = qa[key]
-            md.append(f"| {key.upper()} | {r['base'][0]:.1f} [{r['base'][1]:.1f}, {r['base'][2]:.1f}] | "
-                      f"{r['rl'][0]:.1f} [{r['rl'][1]:.1f}, {r['rl'][2]:.1f}] | "
-                      f"{r['diff'][0]:+.1f} [{r['diff'][1]:+.1f}, {r['diff'][2]:+.1f}], p {format_p(r['p'])} |")
+            md.append(f"| {key.upper()} | {ci_cell(r['base'])} | {ci_cell(r['rl'])} | {diff_cell(r['diff'], with_p=True)} |")
         md.append("")
     if len(tests) > 1:
         # The primary endpoint, fixed before any held-out run: evidence recall@k over every held-out

@@ -43,6 +43,16 @@ def cached_bm25_index(corpus: str | None) -> Path:
     return cached_index(path, ragrl_home() / "indexes" / f"bm25-{digest}", "bm25", progress=False)
 
 
+def cached_dense_index(corpus: str | None, vectors: str, encoder: str) -> Path:
+    """A dense index over precomputed vectors, built once under $RAGRL_HOME (keyed by both files)."""
+    corpus_path, vectors_path = resolve_kit(corpus) if corpus else DEMO_CORPUS, resolve_kit(vectors)
+    h = hashlib.sha256()
+    for p in (corpus_path, vectors_path):
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return cached_index(corpus_path, ragrl_home() / "indexes" / f"dense-{h.hexdigest()[:16]}", "dense",
+                        encoder=encoder, vectors=vectors_path, progress=False)
+
+
 def corpus_of(index: str | None, corpus: str | None) -> Path:
     """The corpus file whose passages a run searches (by id): `corpus` (a path or `kit:` path), else
     the copy inside the local index folder `index`, else the bundled demo corpus, as `retriever_for`

@@ -193,3 +193,11 @@ class StochasticRetriever:
             out[i] = (hits, RetrievalAction(texts[j], cand, chosen, float(logps[j]), self.temperature,
                                             [corpus.ids[r] for r in cand]))
         return out
+
+
+def multi_hop_searcher(dense, encoder, settings):
+    """search(questions, k) with `encoder` over the dense index `dense`, as a retriever run searches:
+    `settings.hops` hops of k, later hops with the history of earlier ones (`settings.history`,
+    `settings.history_words`; a run's `retriever:` section)."""
+    return StochasticRetriever(dense, encoder, history=settings.history,
+                               history_words=settings.history_words).searcher(settings.hops)

@@ -33,7 +33,7 @@ from ragrl.retrieval.base import DocumentSampler, Hit, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.protocol import Action, TextProtocol
 from ragrl.rollout.snippets import snippet, truncate_words
-from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 from ragrl.yaml_config import setting
 
 
@@ -115,6 +115,10 @@ class _State:
     pending_queries: list[str] = field(default_factory=list)
     deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
     opening: str = ""                  # text the runner wrote before the first turn (first_action: search)
+
+    def end(self, reason: EpisodeEnd) -> None:
+        """The one way an episode ends: no turn follows, and the trajectory says why."""
+        self.done, self.traj.stop_reason = True, reason
 
 
 def episode_deadline(cfg: RolloutConfig, rollout_start: float, episode_start: float) -> float | None:
@@ -272,8 +276,8 @@ def run_episodes(
             _run_turn_by_turn(engine, protocol, retriever, states, cfg, stats, sampling_rng, deadline)
     for st in states:
         if not st.done:
-            st.done, st.traj.stop_reason = True, "max_turns"
-    stats["timeouts"] = sum(st.traj.stop_reason == "timeout" for st in states)
+            st.end(EpisodeEnd.MAX_TURNS)
+    stats["timeouts"] = sum(st.traj.stop_reason == EpisodeEnd.TIMEOUT for st in states)
     return [st.traj for st in states], stats
 
 
@@ -377,7 +381,7 @@ def _time_out(st: _State, g: Generation | None, tok) -> None:
         st.opening = ""
         t.turns.append(Turn(action_text=text, kind="truncated", error="cut at the wall-time bound"))
     st.pending_queries = []
-    st.done, t.stop_reason = True, "timeout"
+    st.end(EpisodeEnd.TIMEOUT)
 
 
 def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig,
@@ -397,7 +401,8 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
     turn = Turn(action_text=text, kind=action.kind, error=action.error)
     t.turns.append(turn)
     if action.kind == "answer":
-        t.answer, st.done, t.stop_reason = action.answer, True, "answer"
+        t.answer = action.answer
+        st.end(EpisodeEnd.ANSWER)
         return
     if action.kind == "search" and cfg.max_searches is not None and t.num_searches >= cfg.max_searches:
         action = Action("invalid", error=f"search past the quota of {cfg.max_searches}")
@@ -410,11 +415,11 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
         t.format_errors += 1
         if protocol.invalid_ends_episode:
             # SmartRAG: an unparseable step ends the episode (its reward carries the penalty).
-            st.done, t.stop_reason = True, "format_error"
+            st.end(EpisodeEnd.FORMAT_ERROR)
             return
         if g.stop_reason == "eos":
             # The model closed its turn without acting: nothing more will come from it.
-            st.done, t.stop_reason = True, "no_answer"
+            st.end(EpisodeEnd.NO_ANSWER)
             return
         # No hint after the final turn or once the budget is spent: no action would follow it.
         if not last_turn and len(t.token_ids) - t.prompt_len < cfg.max_response_tokens:
@@ -422,10 +427,10 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
             _append_observation(st, turn, obs, tok.encode(obs, add_special_tokens=False), cfg)
     if last_turn and not st.done:
         st.pending_queries = []
-        st.done, t.stop_reason = True, "max_turns"
+        st.end(EpisodeEnd.MAX_TURNS)
     elif len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
         st.pending_queries = []
-        st.done, t.stop_reason = True, "max_tokens"
+        st.end(EpisodeEnd.MAX_TOKENS)
 
 
 def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retriever: Retriever | None,
@@ -479,4 +484,4 @@ def _append_observation(st: _State, turn: Turn, obs: str, ids: list[int], cfg: R
     t.action_mask += [0] * len(ids)
     t.logprobs += [0.0] * len(ids)
     if len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
-        st.done, t.stop_reason = True, "max_tokens"
+        st.end(EpisodeEnd.MAX_TOKENS)

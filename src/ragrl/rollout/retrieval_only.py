@@ -21,7 +21,7 @@ import torch
 
 from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever, found_entry
 from ragrl.rollout.multi_turn import RolloutConfig, episode_deadline
-from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
 def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], cfg: RolloutConfig, *,
@@ -41,7 +41,7 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
     g = torch.Generator().manual_seed(int(cfg.seed or 0))
     trajs = [Trajectory(sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                         token_ids=[], action_mask=[], logprobs=[], prompt_len=0, group=group_offset + i,
-                        stop_reason="retrieved", metrics={"protocol": "retrieval"})
+                        stop_reason=EpisodeEnd.RETRIEVED, metrics={"protocol": "retrieval"})
              for i, s in enumerate(samples) for _ in range(cfg.n)]
     found: list[list[list]] = [[] for _ in trajs]      # per trajectory, the hits of each hop so far
     row, words = retriever.index.corpus.row, retriever.history_words
@@ -49,7 +49,7 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
     for hop in range(hops):
         if deadline is not None and time.monotonic() >= deadline:
             for t in trajs:
-                t.stop_reason = "timeout"
+                t.stop_reason = EpisodeEnd.TIMEOUT
             break
         # the trajectories that draw at this hop; the others copy their block leader's draw
         shared = block > 1 and hop < hops - 1
@@ -70,4 +70,4 @@ def run_retrieval_episodes(retriever: StochasticRetriever, samples: list[dict], 
             t.num_searches += 1
             t.num_turns += 1
     return trajs, {"generate_s": 0.0, "retrieval_s": time.perf_counter() - t0, "gen_tokens": 0,
-                   "timeouts": sum(t.stop_reason == "timeout" for t in trajs)}
+                   "timeouts": sum(t.stop_reason == EpisodeEnd.TIMEOUT for t in trajs)}

@@ -6,6 +6,7 @@ the per-turn record is for rewards, reports and debugging.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from ragrl.retrieval.stochastic import RetrievalAction
@@ -26,6 +27,21 @@ class Turn:
     passage_texts: list[list[str]] = field(default_factory=list)
     observation: str = ""                 # text appended after the action (empty at the end)
     error: str | None = None              # why the action was invalid, if it was
+
+
+class EpisodeEnd(StrEnum):
+    """Every way an episode ends: the one vocabulary of `Trajectory.stop_reason`."""
+
+    ANSWER = "answer"              # the policy answered
+    MAX_TURNS = "max_turns"        # rollout.max_turns used up without an answer
+    MAX_TOKENS = "max_tokens"      # rollout.max_response_tokens reached
+    NO_ANSWER = "no_answer"        # the model closed its turn (EOS) without an action
+    FORMAT_ERROR = "format_error"  # an unparseable turn, where the protocol ends the episode on one
+    TIMEOUT = "timeout"            # cut at rollout.max_episode_s / max_rollout_s: truncated, no answer
+    RETRIEVED = "retrieved"        # a retrieval-only episode (HARR with no generator) served its search
+    EOS = "eos"                    # single-generation agents (MMOA-RAG's): the engine's own stop reason
+    STOP = "stop"
+    LENGTH = "length"
 
 
 @dataclass
@@ -57,9 +73,8 @@ class Trajectory:
     num_searches: int = 0
     num_turns: int = 0
     format_errors: int = 0
-    # How the episode ended: "answer" | "max_turns" | "max_tokens" | "no_answer" | "format_error" |
-    # "timeout" (cut at rollout.max_episode_s / max_rollout_s: truncated, no answer) | an engine's
-    # stop reason (single-generation agents: "eos", "stop", "length") | "retrieved" (retrieval only).
+    # How the episode ended (an EpisodeEnd; "" while it runs). A StrEnum: it equals and serialises
+    # as its string, so trajectories written before it existed read back the same.
     stop_reason: str = ""
     reward: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)

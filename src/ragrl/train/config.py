@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from ragrl.algos.kl import KL_CONTROLLERS, KL_KINDS
 from ragrl.algos.losses import AGG_MODES
-from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 from ragrl.methods.base import setups, sft_builders
 from ragrl.policy.model_config import ModelConfig
 from ragrl.rollout.multi_turn import RolloutConfig
@@ -21,6 +21,7 @@ from ragrl.yaml_config import Choice, setting
 # Enumerations read from the registries when a recipe loads (one source of truth): the core's own
 # entries and whatever the method records add.
 Estimator = Annotated[str, Choice(lambda: list(ADVANTAGE_ESTIMATORS))]
+PolicyLoss = Annotated[str, Choice(lambda: list(POLICY_LOSSES))]
 LossAggregation = Annotated[str, Choice(lambda: list(AGG_MODES))]
 KLKind = Annotated[str, Choice(lambda: list(KL_KINDS))]
 KLController = Annotated[str, Choice(lambda: list(KL_CONTROLLERS))]
@@ -64,6 +65,9 @@ class AlgoConfig:
         "REINFORCE++ (discounted token rewards, whitened over the batch; reinforce_pp_baseline: "
         "group-centred first); gae: PPO's GAE with a critic (value head); gae_baseline: GAE on group-centred rewards. "
         "Group estimators need rollout.n >= 2."))
+    policy_loss: PolicyLoss = setting("ppo_clip", help=(
+        "The policy-gradient loss (ragrl.algos.registry.POLICY_LOSSES). ppo_clip: PPO's clipped "
+        "surrogate with clip_low, clip_high and dual_clip (GRPO's too); a method may register its own."))
     clip_low: float = setting(0.2, help=(
         "PPO clip below: the probability ratio is clipped at 1 - clip_low."))
     clip_high: float = setting(0.28, help=(

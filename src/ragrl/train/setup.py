@@ -68,7 +68,7 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     def engine():
         # Built on first use: FSDP swaps weights for shards in place first, the engine keeps the module.
         if "engine" not in holder:
-            holder["engine"] = make_train_engine(cfg, model, tok)
+            holder["engine"] = engine_for(cfg.model, model, tok)
         return holder["engine"]
 
     def rollout(samples, rcfg, group_offset):
@@ -89,8 +89,3 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
     return Setup(policy, rollout, evaluate, export,
                  trains=lambda t: t.agent not in cfg.frozen_agents,   # MMOA-RAG ablations freeze agents
                  extras={"engine": engine, "retriever": retriever, "tokenizer": tok})
-
-
-def make_train_engine(cfg: TrainConfig, model, tok):
-    """The rollout engine of `model.engine` over a policy module (what the LM setup rolls out with)."""
-    return engine_for(cfg.model, model, tok)

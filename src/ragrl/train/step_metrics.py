@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ragrl.rollout.trajectory import EpisodeEnd
+
 
 def flat_group_fraction(trajs) -> float:
     """Share of GRPO groups (trajectories with the same `group`) whose rewards are all equal.
@@ -36,7 +38,7 @@ def trajectory_metrics(trajs) -> dict[str, float]:
         # Groups whose samples all scored the same: a group-relative estimator learns nothing there.
         "flat_group_frac": flat_group_fraction(trajs),
         # Episodes cut by rollout.max_episode_s / max_rollout_s.
-        "timeouts": sum(t.stop_reason == "timeout" for t in trajs) / n,
+        "timeouts": sum(t.stop_reason == EpisodeEnd.TIMEOUT for t in trajs) / n,
     }
     recalls = [t.metrics["gold_recall"] for t in trajs if "gold_recall" in t.metrics]
     if recalls:
@@ -55,3 +57,21 @@ def trajectory_metrics(trajs) -> dict[str, float]:
             scalars.setdefault(k, []).append(float(v))
     row.update({f"rollout/{k}": sum(v) / len(v) for k, v in sorted(scalars.items())})
     return row
+
+
+def timing_metrics(trajs, rollout_stats: dict, seconds: dict[str, float]) -> dict[str, float]:
+    """A step's wall times by phase (`seconds`: rollout, reward, update, step) and the rollout's
+    generated tokens per second.
+
+    >>> from types import SimpleNamespace as T
+    >>> m = timing_metrics([T(num_action_tokens=30), T(num_action_tokens=10)], {"generate_s": 1.5, "retrieval_s": 0.2},
+    ...                    {"rollout": 2.0, "reward": 0.1, "update": 3.0, "step": 5.2})
+    >>> m["tokens_per_s"], m["time/update_s"], m["time/generate_s"]
+    (20.0, 3.0, 1.5)
+    """
+    return {
+        "time/rollout_s": seconds["rollout"], "time/generate_s": rollout_stats["generate_s"],
+        "time/retrieval_s": rollout_stats["retrieval_s"], "time/reward_s": seconds["reward"],
+        "time/update_s": seconds["update"], "time/step_s": seconds["step"],
+        "tokens_per_s": sum(t.num_action_tokens for t in trajs) / max(seconds["rollout"], 1e-9),
+    }

@@ -3,14 +3,15 @@
     trainer = Trainer(cfg); trainer.train(resume=False)
 
 One step (the same under `accelerate launch`, where each rank takes its slice of the step's
-questions and gradients are summed across ranks in `update.py`):
-  1. the step's questions come from a seeded permutation that depends only on (seed, step),
+questions and gradients are summed across ranks in `update.py`), in named phases:
+  1. `_step_samples`: a seeded permutation that depends only on (seed, step) (train/steps.py),
      so resuming needs nothing but the step number to continue the data order exactly;
-  2. the setup's rollout (train/setup.py) samples `rollout.n` trajectories per question: an LM
-     policy rolls out with itself (no weight sync on one CPU/GPU); a retriever policy serves the
-     searches of a frozen generator (or of the question itself) with Plackett–Luce draws;
-  3. the recipe's reward (by name, possibly scheduled by step) scores each trajectory;
-  4. `policy.collate`, `prepare` and `ppo_update` turn them into gradient steps, for any Policy;
+  2. `_roll_out`: the setup's rollout (train/setup.py) samples `rollout.n` trajectories per question:
+     an LM policy rolls out with itself (no weight sync on one CPU/GPU); a retriever policy serves
+     the searches of a frozen generator (or of the question itself) with Plackett–Luce draws;
+  3. `_score`: the recipe's reward (by name, possibly scheduled by step) scores each trajectory
+     and any expert episodes (`experts_per_group`);
+  4. `_update`: `policy.collate`, `prepare` and `ppo_update` turn them into gradient steps, for any Policy;
   5. metrics go to metrics.jsonl and `report_to` (TensorBoard, wandb, MLflow); checkpoints atomic, `latest` last.
 """
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -42,6 +42,7 @@ from ragrl.retrieval.client import RetrievalUnavailable
 from ragrl.rewards.registry import make_reward, reward_needs
 from ragrl.rewards.search import gold_recall, question_answer_ranks
 from ragrl.rewards.schedule import RewardSchedule
+from ragrl.rollout.trajectory import EpisodeEnd
 from ragrl.train.averaging import WeightAverage
 from ragrl.train.check import check_combinations
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -70,40 +71,16 @@ from ragrl.train.run_dir import (
     write_resolved_config,
 )
 from ragrl.train.setup import build_setup
-from ragrl.train.step_metrics import trajectory_metrics
+from ragrl.train.steps import make_scheduler, step_questions
+from ragrl.train.step_metrics import timing_metrics, trajectory_metrics
 from ragrl.train.update import ppo_update, prepare
 
 log = logging.getLogger("ragrl.train")
 
 
-def step_questions(n_questions: int, step: int, per_step: int, seed: int) -> list[int]:
-    """Indices of the questions for `step`: consecutive slices of per-epoch permutations.
-
-    >>> step_questions(5, 0, 2, 0) == step_questions(5, 0, 2, 0)
-    True
-    >>> sorted(step_questions(4, 0, 2, 1) + step_questions(4, 1, 2, 1))
-    [0, 1, 2, 3]
-    """
-    out = []
-    for pos in range(step * per_step, (step + 1) * per_step):
-        epoch, i = divmod(pos, n_questions)
-        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        out.append(int(torch.randperm(n_questions, generator=g)[i]))
-    return out
-
-
-def make_scheduler(optimizer, cfg: TrainConfig):
-    def factor(step: int) -> float:
-        if cfg.warmup_steps and step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if cfg.lr_schedule == "constant":
-            return 1.0
-        frac = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
-        return 1.0 - frac if cfg.lr_schedule == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 class Trainer:
+    """RL training of one recipe's policy: `train()` runs (or resumes) its steps; `train_step()` is one."""
+
     def __init__(self, cfg: TrainConfig, *, retriever=None, model_bundle=None):
         check_combinations(cfg)   # before any model, index or rollout
         self.cfg = cfg
@@ -362,20 +339,52 @@ class Trainer:
             log.info("best %s so far: %.2f after step %d", self.cfg.keep_best, row[key], after)
 
     def train_step(self) -> dict:
-        cfg = self.cfg
+        """One RL step, in two phases: roll out and score this step's episodes, then update on them."""
         t_start = time.perf_counter()
+        samples = self._step_samples()
+        trajs, rstats, t_rollout = self._roll_out(samples)
+        t0 = time.perf_counter()
+        experts = self._score(samples, trajs)
+        t_reward = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ustats, pstats = self._update(trajs, experts)
+        seconds = {"rollout": t_rollout, "reward": t_reward, "update": time.perf_counter() - t0,
+                   "step": time.perf_counter() - t_start}
+        row = {**trajectory_metrics(trajs), "lr": self.scheduler.get_last_lr()[0], "kl_coef": self.kl.value,
+               **timing_metrics(trajs, rstats, seconds),
+               "guard/rollbacks": float(self.watch.rollbacks), "guard/lr_scale": self.watch.lr_scale,
+               **ustats, **pstats}
+        if self.cfg.experts_per_group:   # the row's other means are the policy's own samples'
+            row["experts"] = float(len(experts))
+            row["expert_reward"] = sum(t.reward for t in experts) / len(experts) if experts else float("nan")
+        self._dump_trajectories(trajs)
+        # Bytes of Adam state on this rank (a 1/world share under ZeRO-1 or FSDP); the mean over ranks.
+        row["optimizer_state_mb"] = optimizer_state_bytes(self.optimizer) / 2**20
+        # Under several ranks: the step's metrics over all ranks' trajectories (rank 0 logs them).
+        return reduce_metrics(row, weight=len(trajs), summed=("tokens_per_s",))
+
+    def _step_samples(self) -> list[dict]:
+        """This rank's share of the step's questions (the order depends on seed and step alone)."""
+        cfg = self.cfg
         idx = step_questions(len(self.questions), self.step, cfg.questions_per_step, cfg.seed)
-        idx = idx[self.rank::self.world]
-        samples = [self.questions[i] for i in idx]
+        return [self.questions[i] for i in idx[self.rank::self.world]]
+
+    def _roll_out(self, samples: list[dict]):
+        """Phase 1a: `rollout.n` episodes per question from the setup -> (trajectories, stats, seconds)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
         self.policy.eval()
         rcfg = replace(cfg.rollout, seed=cfg.seed * 1_000_003 + self.step * 101 + self.rank)
         with full_params(self.model):   # ranks generate different lengths: no per-layer gathers
             trajs, rstats = self.setup.rollout(samples, rcfg, self.rank * cfg.questions_per_step)
-        t_rollout = time.perf_counter() - t_start
         if rstats.get("timeouts"):
             log.warning("step %d: %d of %d trajectories cut at the wall-time bound (rollout.max_episode_s / "
                         "max_rollout_s)", self.step, rstats["timeouts"], len(trajs))
-        t0 = time.perf_counter()
+        return trajs, rstats, time.perf_counter() - t0
+
+    def _score(self, samples: list[dict], trajs: list) -> list:
+        """Phase 1b: the step's reward on every episode (and on the expert episodes it adds) -> experts."""
+        cfg = self.cfg
         reward_fn = make_reward(self.rewards.at(self.step))
         # By id, not group: a pipeline's agents have groups of their own (GRPO never mixes agents).
         by_id = {str(s.get("id", i)): s for i, s in enumerate(samples)}
@@ -386,13 +395,17 @@ class Trainer:
         for t in trajs + experts:
             sample = by_id[t.sample_id]
             t.reward = float(reward_fn(t, sample))
-            if t.stop_reason == "timeout" and cfg.guard.timeout_reward is not None:
+            if t.stop_reason == EpisodeEnd.TIMEOUT and cfg.guard.timeout_reward is not None:
                 t.reward = cfg.guard.timeout_reward   # the recipe's rule for an episode cut by a wall-time bound
             score(t)
             if sample.get("gold_passage_ids"):
                 t.metrics["gold_recall"] = gold_recall(t.retrieved_ids, sample["gold_passage_ids"])
-        t_reward = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        return experts
+
+    def _update(self, trajs: list, experts: list) -> tuple[dict, dict]:
+        """Phase 2: advantages and gradient steps on the episodes the policy learns from, then the
+        scheduler, the weight average and the KL controller -> (update stats, preparation stats)."""
+        cfg = self.cfg
         if experts:   # their old log-probs: the policy's before this step's update (eval mode, as it sampled)
             take_policy_logprobs(self.policy, experts, cfg.algo.micro_batch_size)
         self.policy.train()
@@ -422,19 +435,14 @@ class Trainer:
         if prep is not None and "kl_ref" in prep.stats:
             self.kl.update(prep.stats["kl_ref"], len(trajs) * self.world)  # kl_ref is all-rank already
         self.policy.eval()
-        t_update = time.perf_counter() - t0
-        row = self._row(trajs, rstats, ustats, prep.stats if prep is not None else {}, t_rollout, t_reward, t_update,
-                        time.perf_counter() - t_start)
-        if cfg.experts_per_group:   # the row's other means are the policy's own samples'
-            row["experts"] = float(len(experts))
-            row["expert_reward"] = sum(t.reward for t in experts) / len(experts) if experts else float("nan")
-        if cfg.log_trajectories_every and self.step % cfg.log_trajectories_every == 0 and self.rank == 0:
+        return ustats, (prep.stats if prep is not None else {})
+
+    def _dump_trajectories(self, trajs: list) -> None:
+        """Every `log_trajectories_every` steps, the policy's own episodes (rank 0) as JSONL."""
+        every = self.cfg.log_trajectories_every
+        if every and self.step % every == 0 and self.rank == 0:
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
             write_trajectories(self.run_dir / "trajectories" / f"step_{self.step:06d}.jsonl", trajs)
-        # Bytes of Adam state on this rank (a 1/world share under ZeRO-1 or FSDP); the mean over ranks.
-        row["optimizer_state_mb"] = optimizer_state_bytes(self.optimizer) / 2**20
-        # Under several ranks: the step's metrics over all ranks' trajectories (rank 0 logs them).
-        return reduce_metrics(row, weight=len(trajs), summed=("tokens_per_s",))
 
     def evaluate(self, per_question: bool = False) -> dict:
         """Greedy (LM) or deterministic top-k (retriever) held-out evaluation: metrics in percent
@@ -452,21 +460,6 @@ class Trainer:
         return self.ema.swapped_in(self.model) if self.ema is not None else contextlib.nullcontext()
 
     # ---------------------------------------------------------------- internals
-    def _row(self, trajs, rstats, ustats, pstats, t_rollout, t_reward, t_update, t_total) -> dict:
-        row = trajectory_metrics(trajs)
-        gen_tokens = sum(t.num_action_tokens for t in trajs)
-        row.update({
-            "lr": self.scheduler.get_last_lr()[0], "kl_coef": self.kl.value,
-            "time/rollout_s": t_rollout, "time/generate_s": rstats["generate_s"],
-            "time/retrieval_s": rstats["retrieval_s"], "time/reward_s": t_reward,
-            "time/update_s": t_update, "time/step_s": t_total,
-            "tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
-            "guard/rollbacks": float(self.watch.rollbacks), "guard/lr_scale": self.watch.lr_scale,
-        })
-        row.update(ustats)
-        row.update(pstats)
-        return row
-
     def _extra_modules(self):
         mods = dict(self.policy.extra_modules() or {})
         if self.ema is not None:

@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from ragrl.algos.advantages import place_outcome_reward
 from ragrl.algos.kl import kl_estimate, kl_penalty_in_reward
-from ragrl.algos.losses import agg_loss, ppo_policy_loss, value_loss
-from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, compute_advantages
+from ragrl.algos.losses import agg_loss, value_loss
+from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, compute_advantages
 from ragrl.policy.base import ActionBatch, Policy
 from ragrl.policy.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 from ragrl.train.config import AlgoConfig
@@ -197,8 +197,7 @@ def _micro_step(policy: Policy, prep: Prepared, idx: torch.Tensor, cfg: AlgoConf
     out = policy.forward(mb, with_values=policy.has_values, with_entropy=cfg.entropy_coef > 0 and not critic_only)
     # Scale so the sum over micro batches (and ranks) equals the minibatch mean.
     share = (float(mask.sum()) if agg == "token_mean" else float((mask.sum(1) > 0).sum())) / max(denom, 1.0)
-    pg, st = ppo_policy_loss(out["logprobs"], mb.old_logprobs, adv, mask, cfg.clip_low, cfg.clip_high,
-                             cfg.dual_clip, agg)
+    pg, st = POLICY_LOSSES[cfg.policy_loss](out["logprobs"], mb.old_logprobs, adv, mask, cfg)
     loss = pg.detach() if critic_only else pg   # critic warm-up: logged, not trained on
     st = {k: v for k, v in st.items()}
     st["pg_loss"] = float(pg.detach())

@@ -6,7 +6,6 @@ each question is searched `retriever.hops` times, later hops embedding HARR's hi
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import replace
@@ -18,11 +17,12 @@ from ragrl.eval.retrieval import retrieval_eval
 from ragrl.methods.base import Setup
 from ragrl.models.embedder import canonical_embedder_name, resolve_embedder
 from ragrl.models.query_encoder import QueryEncoder
-from ragrl.paths import DEMO_CORPUS, ragrl_home, resolve_kit
+from ragrl.paths import resolve_kit
 from ragrl.policy.lm_model import build_policy
 from ragrl.policy.model_config import engine_for
 from ragrl.policy.retriever import RetrieverPolicy
-from ragrl.retrieval.index import cached_index, load_index
+from ragrl.retrieval.index import load_index
+from ragrl.retrieval.resolve import cached_dense_index
 from ragrl.retrieval.stochastic import StochasticRetriever
 from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import get_protocol
@@ -108,12 +108,6 @@ def filter_questions(questions: list[dict], rollout, reward_fn, cfg, run_dir: Pa
     return questions
 
 
-def run_search(dense, encoder, rc):
-    """search(questions, k) with `encoder` over the dense index `dense` as a retriever run searches:
-    `rc.hops` hops of k, later hops with HARR's history (rc.history, rc.history_words)."""
-    return StochasticRetriever(dense, encoder, history=rc.history, history_words=rc.history_words).searcher(rc.hops)
-
-
 def eval_retriever(cfg, encoder_dir=None) -> StochasticRetriever:
     """The run's retriever as `ragrl compare` evaluates it: the trained encoder (or, with None, the
     one it started from) over the run's dense index, deterministic top k, its history settings."""
@@ -140,16 +134,6 @@ def load_dense_backend(cfg):
         raise ConfigError(f"retriever.encoder is {cfg.retriever.encoder!r} but the index {cfg.data.index} was "
                           f"built with {built_with!r}: the query side must start from the passage side's encoder")
     return backend
-
-
-def cached_dense_index(corpus: str | None, vectors: str, encoder: str) -> Path:
-    """A dense index over precomputed vectors, built once under $RAGRL_HOME (keyed by both files)."""
-    corpus_path, vectors_path = resolve_kit(corpus) if corpus else DEMO_CORPUS, resolve_kit(vectors)
-    h = hashlib.sha256()
-    for p in (corpus_path, vectors_path):
-        h.update(hashlib.sha256(p.read_bytes()).digest())
-    return cached_index(corpus_path, ragrl_home() / "indexes" / f"dense-{h.hexdigest()[:16]}", "dense",
-                        encoder=encoder, vectors=vectors_path, progress=False)
 
 
 def frozen_generator(cfg):

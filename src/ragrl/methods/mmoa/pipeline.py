@@ -48,7 +48,7 @@ from ragrl.methods.mmoa.protocol import (
 from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.multi_turn import RolloutConfig, chat_ids, episode_deadline
-from ragrl.rollout.trajectory import Trajectory, Turn
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
 @dataclass
@@ -134,7 +134,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
                 golds=list(pipe.sample.get("answers", [])), token_ids=p + list(g.token_ids),
                 action_mask=[0] * len(p) + [1] * len(g.token_ids), logprobs=[0.0] * len(p) + list(g.logprobs),
                 prompt_len=len(p), group=group(pipe, agent),
-                agent=agent, turns=[Turn(action_text=text, kind=agent)], num_turns=1, stop_reason=g.stop_reason,
+                agent=agent, turns=[Turn(action_text=text, kind=agent)], num_turns=1, stop_reason=EpisodeEnd(g.stop_reason),
                 metrics={"protocol": protocol.name})
 
     # 1. rewriter
@@ -206,7 +206,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             t = p.trajs[agent]
             t.answer = p.answer
             if p.timed_out:
-                t.stop_reason = "timeout"
+                t.stop_reason = EpisodeEnd.TIMEOUT
             t.metrics.update(penalized=bool(p.penalized[agent]), subquestions=list(p.subqs),
                              retrieved=[h.id for h in p.docs], selected=kept_ids)
             if gold:
@@ -217,16 +217,22 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             p.trajs["rewriter"].num_searches = len(p.subqs)
             # one list per sub-question (what its search returned), as a search agent's turns record them
             p.trajs["rewriter"].turns[0].passage_ids = [[h.id for h in p.found.get(j, [])] for j in range(len(p.subqs))]
+            # and their texts, as the multi-turn runner keeps them: what a reward on the searches reads
+            p.trajs["rewriter"].turns[0].passage_texts = [[h.full_text for h in p.found.get(j, [])]
+                                                          for j in range(len(p.subqs))]
             # Logged by the trainer as one mean a step (`rollout/<name>`): a selector that learns to
             # keep a single document, or a rewriter that never splits, shows in the curves.
             p.trajs["rewriter"].metrics["scalars"] = {"rewriter_subquestions": float(len(p.subqs))}
+        kept_texts = [p.docs[i].full_text for i in p.kept]
         p.trajs["generator"].turns[0].passage_ids = [kept_ids]   # what the answer was read from
+        p.trajs["generator"].turns[0].passage_texts = [kept_texts]
         if "selector" in p.trajs:         # an answer branch after the first has no selector trajectory
             p.trajs["selector"].turns[0].passage_ids = [kept_ids]
+            p.trajs["selector"].turns[0].passage_texts = [kept_texts]
             sel = p.trajs["selector"].metrics
             sel["scalars"] = {"selector_kept": float(len(kept_ids))}
             if gold:
                 sel["scalars"]["selector_f1"] = selector_f1(sel)
         out += [p.trajs[a] for a in AGENTS if a in p.trajs]
-    stats["timeouts"] = sum(t.stop_reason == "timeout" for t in out)
+    stats["timeouts"] = sum(t.stop_reason == EpisodeEnd.TIMEOUT for t in out)
     return out, stats

@@ -1,6 +1,7 @@
-"""SmartRAG's inference mode: decide retrieve-or-answer by a probability threshold.
+"""Decide between two actions by a probability threshold (SmartRAG's inference mode, usable by any
+protocol whose steps start with the action marker: `ragrl eval --search-threshold`).
 
-The paper's policy can be run with a second knob on the retrieval rate: at each step, search
+The SmartRAG paper's policy can be run with a second knob on the retrieval rate: at each step, search
 when the probability of the search action exceeds a threshold (0.5 by default), otherwise
 answer. Here the two actions start with multi-token markers (`[Search]`, `[Answer]`) that share
 their first token, so the decision compares the probabilities of the whole markers:
