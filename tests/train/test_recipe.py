@@ -3,14 +3,23 @@ every recipe and variant trains one step on the tiny model (chained stages inclu
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from ragrl.errors import ConfigError
 from ragrl.methods import METHODS
-from ragrl.train.recipe import bundled_recipes, load_train_config, recipe_listing, recipe_variants, resolve_recipe, run_recipe
+from ragrl.train.recipe import (
+    bundled_recipes,
+    load_train_config,
+    recipe_listing,
+    recipe_variants,
+    resolve_recipe,
+    run_recipe,
+    sft_policy,
+)
 
 SNAPSHOT = Path(__file__).with_name("snapshots") / "resolved_recipes.json"
 CASES = [(name, variant) for name, path in sorted(bundled_recipes().items())
@@ -101,3 +110,18 @@ def test_every_recipe_and_variant_trains_one_step(name, variant, tmp_path, tiny_
         assert stages == ["sft", "rl"]
     else:
         assert stages == ["rl"]
+
+
+def test_the_sft_policy_is_seeded_whatever_the_process_drew_before(tiny_model_dir):
+    """The SFT stage's LoRA init comes from `seed`, not from the process's RNG state: two runs of one
+    recipe gave different adapters (and starts) before, as the Search-R1 learn candidates showed."""
+    cfg = load_train_config("search_r1_grpo", [f"model.name={tiny_model_dir}", "model.dtype=float32"], "tiny")
+    torch.manual_seed(1)
+    first = sft_policy(cfg)[0].state_dict()
+    torch.rand(1000)   # whatever the process draws in between
+    second = sft_policy(cfg)[0].state_dict()
+    lora = [k for k in first if "lora_A" in k]
+    assert lora and all(torch.equal(first[k], second[k]) for k in lora)
+    other = sft_policy(replace(cfg, seed=cfg.seed + 1))[0].state_dict()
+    assert any(not torch.equal(first[k], other[k]) for k in lora)   # the seed decides it
+

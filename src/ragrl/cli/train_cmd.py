@@ -74,17 +74,16 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/sft"), "--out", help="writes <out>/adapter"),
     ) -> None:
         """SFT warm start on synthesised search episodes (train split); writes a LoRA adapter."""
-        from ragrl.policy.lm_model import build_policy  # late: keeps `ragrl --help` instant
         from ragrl.train.check import check_ranges  # late: keeps `ragrl --help` instant
         from ragrl.train.progress import sft_progress  # late: keeps `ragrl --help` instant
-        from ragrl.train.recipe import load_train_config, sft_warm_start  # late: keeps `ragrl --help` instant
+        from ragrl.train.recipe import load_train_config, sft_policy, sft_warm_start  # late: keeps `ragrl --help` instant
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
         cfg = load_train_config(recipe, set_, variant)
         check_ranges(cfg)   # sft.batch_size=0 or sft.lr=0 fails here, before the model loads
         if cfg.sft.steps <= 0:
             raise typer.BadParameter("sft.steps is 0 in this recipe; pass --set sft.steps=N")
-        model, tok, _ = build_policy(cfg.model)
+        model, tok, _ = sft_policy(cfg)
 
         with sft_progress(cfg.sft.steps) as progress:   # minutes on a CPU: a bar, or plain lines off a terminal
             res = sft_warm_start(cfg, model, tok, default_retriever(cfg), out, progress=progress)

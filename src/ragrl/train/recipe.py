@@ -28,6 +28,7 @@ from ragrl.train.config import TrainConfig
 from ragrl.train.distributed import close_distributed, dist_info
 from ragrl.train.experts import corpus_passages
 from ragrl.train.progress import sft_progress
+from ragrl.train.rng import seed_everything
 from ragrl.train.run_dir import prepare_run_dir, record_stage, setup_file_logging
 from ragrl.train.setup import default_retriever
 from ragrl.train.sft import run_sft
@@ -90,6 +91,15 @@ def all_sft_builders() -> dict:
     """SFT warm-start builders by `sft.builder` name: the core's `gold_search` and every method's."""
     return {"gold_search": lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever),
             **sft_builders()}
+
+
+def sft_policy(cfg: TrainConfig):
+    """(model, tokenizer, value head) the SFT warm start trains: built right after seeding with
+    `cfg.seed`, so its LoRA initialisation (random A matrices) is the same on every run of a recipe,
+    whatever the process drew before (it used to depend on that: two runs of one recipe gave different
+    adapters and different starts)."""
+    seed_everything(cfg.seed)
+    return build_policy(cfg.model)
 
 
 def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progress=None):
@@ -162,7 +172,7 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
         if not (resume and (sft_adapter / "adapter_config.json").exists()):
             started = time.perf_counter()
             retriever = default_retriever(cfg)
-            model, tok, _ = build_policy(cfg.model)
+            model, tok, _ = sft_policy(cfg)
             with sft_progress(cfg.sft.steps, enabled=rank == 0) as progress:
                 sft_warm_start(cfg, model, tok, retriever, run_dir / "sft", progress=progress)
             del model
