@@ -117,12 +117,12 @@ def markdown(table: dict, meta: dict) -> str:
     md = ["# ragrl compare", ""]
     md += [f"- **{k}**: {v}" for k, v in meta.items() if v not in (None, "", [])]
     md += ["", "## Systems", ""]
-    md += markdown_table(["system", "method", "EM", "F1", "cover-EM", "answer@shown", "search gain", "searches/q", "tokens/q",
-               "s/q", "trained for"],
-              [[name, r["method"] or "baseline", ci_cell(r["em"]), ci_cell(r["f1"]), ci_cell(r["cover_em"]),
-                ci_cell(r["answer_shown"]), ci_cell(r.get("search_gain")), ci_cell(r["searches"], ".2f"),
-                ci_cell(r["tokens"], ".0f"), f"{r['seconds_per_q']:.2f}", _trained(r["trained"])]
-               for name, r in rows.items()])
+    md += markdown_table(["system", "method", "EM", "F1", "cover-EM", "answer@shown", "search gain", "searches/q",
+                          "tokens/q", "s/q", "trained for"],
+                         [[name, r["method"] or "baseline", ci_cell(r["em"]), ci_cell(r["f1"]), ci_cell(r["cover_em"]),
+                           ci_cell(r["answer_shown"]), ci_cell(r.get("search_gain")), ci_cell(r["searches"], ".2f"),
+                           ci_cell(r["tokens"], ".0f"), f"{r['seconds_per_q']:.2f}", _trained(r["trained"])]
+                          for name, r in rows.items()])
     md += ["", ("Percent with 95% bootstrap CIs over the questions, greedy decoding. answer@shown: a gold answer is "
                 "in a passage the reader was shown. search gain: answer@shown minus the same for the question's own "
                 "top N from the comparison's index, N the distinct passages the reader was shown (0 for a system "
@@ -135,25 +135,27 @@ def markdown(table: dict, meta: dict) -> str:
     if table["vs_baseline"]:
         md += ["", f"## Against {table['baseline']} (paired, percentage points)", ""]
         md += markdown_table(["system", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "p (ΔF1 ≤ 0)"],
-                  [[name, str(d["n_paired"]), *(diff_cell(d.get(k)) for k in QA_METRICS),
-                    diff_cell(d.get("search_gain")), format_p(d["f1"]["p_value"])]
-                   for name, d in table["vs_baseline"].items() if d])
+                             [[name, str(d["n_paired"]), *(diff_cell(d.get(k)) for k in QA_METRICS),
+                               diff_cell(d.get("search_gain")), format_p(d["f1"]["p_value"])]
+                              for name, d in table["vs_baseline"].items() if d])
     if table["vs_start"]:
         md += ["", "## Against each run's start (paired, percentage points)", ""]
         md += markdown_table(["run", "n", "ΔEM", "ΔF1", "Δcover-EM", "Δsearch gain", "verdict"],
-                  [[name, str(d.get("n_paired", 0)), *(diff_cell(d.get(k)) for k in QA_METRICS),
-                    diff_cell(d.get("search_gain")), d["verdict"]]
-                   for name, d in table["vs_start"].items()])
+                             [[name, str(d.get("n_paired", 0)), *(diff_cell(d.get(k)) for k in QA_METRICS),
+                               diff_cell(d.get("search_gain")), d["verdict"]]
+                              for name, d in table["vs_start"].items()])
     own = {name: r["method_metrics"] for name, r in rows.items() if r.get("method_metrics")}
     if own:
         md += ["", "## Each method's own metrics", ""]
         md += [f"- **{name}**: " + ", ".join(f"{k} {v:.1f}" for k, v in m.items()) for name, m in own.items()]
     md += ["", "## Searches that paid off", ""]
-    md += markdown_table(["system", "searches", "paid off %", "first gold %", "first answer %", "break-even cost", "its cost"],
-              [[name, str(p["searches"]), *(f"{p[k]:.1f}" if p[k] is not None else "n/a" for k in ("paid", "gold", "answer")),
-                f"{r['break_even_cost']:+.3f}" if r["break_even_cost"] is not None else "n/a",
-                f"{r['cost_per_search']:.3f}" if r["cost_per_search"] is not None else ""]
-               for name, r in rows.items() for p in [r["payoff"]] if r["searches"]["mean"] > 0])
+    md += markdown_table(["system", "searches", "paid off %", "first gold %", "first answer %", "break-even cost",
+                          "its cost"],
+                         [[name, str(p["searches"]),
+                           *(f"{p[k]:.1f}" if p[k] is not None else "n/a" for k in ("paid", "gold", "answer")),
+                           f"{r['break_even_cost']:+.3f}" if r["break_even_cost"] is not None else "n/a",
+                           f"{r['cost_per_search']:.3f}" if r["cost_per_search"] is not None else ""]
+                          for name, r in rows.items() for p in [r["payoff"]] if r["searches"]["mean"] > 0])
     md += ["", ("A search paid off when it was the first to bring a gold passage (`first gold`) or a passage holding "
                 "the answer (`first answer`; not for yes/no questions) into view. Break-even cost: the cost per search, "
                 f"in F1 units (0-1), at which the system's F1 gain over `{table['no_search']}` is used up; a run whose "

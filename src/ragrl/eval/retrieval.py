@@ -14,7 +14,7 @@ import time
 
 from ragrl.datasets import load_questions, with_heuristic_gold
 from ragrl.eval.batches import SEARCH_BATCH, in_batches
-from ragrl.eval.cells import ci_cell, diff_cell
+from ragrl.eval.cells import ci_cell, diff_cell, markdown_table
 from ragrl.eval.stats import bootstrap_ci, paired_record
 from ragrl.rewards.qa import answer_in, is_yes_no  # noqa: F401  (re-exported: eval code imports them here)
 from ragrl.rewards.search import gold_recall
@@ -181,9 +181,7 @@ def by_question_kind(samples: list[dict], base_rows: dict, new_rows: dict, key: 
 def format_comparison(result: dict, names: list[str], baseline: str, title: str = "") -> str:
     """A markdown table: each retriever's recall@k / answer@k with CIs, and the paired difference."""
     k = result[baseline]["k"]
-    lines = [f"### {title}" if title else "", "",
-             f"| retriever | gold recall@{k} | Δ vs {baseline} [95% CI], p | answer@{k} | Δ vs {baseline} [95% CI], p |",
-             "|---|---|---|---|---|"]
+    rows = []
     for name in names:
         r, cells = result[name], [name]
         for key in ("recall", "answer_at_k"):
@@ -193,5 +191,8 @@ def format_comparison(result: dict, names: list[str], baseline: str, title: str 
             cells.append(f"{ci_cell(summary_ci(r, key))} (n={r[key + '_n']})")
             pd = result.get("paired", {}).get(name, {}).get(key)
             cells.append(diff_cell(pd, with_p=True) if pd else "–")
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    header = ["retriever", f"gold recall@{k}", f"Δ vs {baseline} [95% CI], p", f"answer@{k}",
+              f"Δ vs {baseline} [95% CI], p"]
+    lines = [f"### {title}" if title else "", "", *markdown_table(header, rows)]
     return "\n".join(lines).strip() + "\n"

@@ -198,6 +198,7 @@ class StochasticRetriever:
 def multi_hop_searcher(dense, encoder, settings):
     """search(questions, k) with `encoder` over the dense index `dense`, as a retriever run searches:
     `settings.hops` hops of k, later hops with the history of earlier ones (`settings.history`,
-    `settings.history_words`; a run's `retriever:` section)."""
-    return StochasticRetriever(dense, encoder, history=settings.history,
+    `settings.history_words`, `settings.instruction`; a run's `retriever:` section, as its sampler and
+    `ragrl compare`'s retriever read it)."""
+    return StochasticRetriever(dense, encoder, history=settings.history, instruction=settings.instruction,
                                history_words=settings.history_words).searcher(settings.hops)

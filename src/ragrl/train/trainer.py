@@ -342,7 +342,8 @@ class Trainer:
         """One RL step, in two phases: roll out and score this step's episodes, then update on them."""
         t_start = time.perf_counter()
         samples = self._step_samples()
-        trajs, rstats, t_rollout = self._roll_out(samples)
+        trajs, rstats = self._roll_out(samples)
+        t_rollout = time.perf_counter() - t_start
         t0 = time.perf_counter()
         experts = self._score(samples, trajs)
         t_reward = time.perf_counter() - t0
@@ -370,9 +371,8 @@ class Trainer:
         return [self.questions[i] for i in idx[self.rank::self.world]]
 
     def _roll_out(self, samples: list[dict]):
-        """Phase 1a: `rollout.n` episodes per question from the setup -> (trajectories, stats, seconds)."""
+        """Phase 1a: `rollout.n` episodes per question from the setup -> (trajectories, stats)."""
         cfg = self.cfg
-        t0 = time.perf_counter()
         self.policy.eval()
         rcfg = replace(cfg.rollout, seed=cfg.seed * 1_000_003 + self.step * 101 + self.rank)
         with full_params(self.model):   # ranks generate different lengths: no per-layer gathers
@@ -380,7 +380,7 @@ class Trainer:
         if rstats.get("timeouts"):
             log.warning("step %d: %d of %d trajectories cut at the wall-time bound (rollout.max_episode_s / "
                         "max_rollout_s)", self.step, rstats["timeouts"], len(trajs))
-        return trajs, rstats, time.perf_counter() - t0
+        return trajs, rstats
 
     def _score(self, samples: list[dict], trajs: list) -> list:
         """Phase 1b: the step's reward on every episode (and on the expert episodes it adds) -> experts."""
