@@ -151,7 +151,7 @@ def check_mmoa(tmp: Path, common: list[str]) -> dict:
 
     cfg = load_train_config("mmoa_mappo", [f"out_dir={tmp / 'mmoa'}", "steps=2", "save_every=1000", "eval_every=0",
                                            "keep_best=null", "data.corpus=null", "agent_adapters=per_agent",
-                                           "rollout.n=2", "rollout.selector_samples=2", "questions_per_step=2",
+                                           "rollout.n=2", "mmoa.selector_samples=2", "questions_per_step=2",
                                            "algo.micro_batch_size=3", *common], "tiny_grouped")
     trainer = Trainer(cfg)
     rows, moved = trained(trainer.model, "MMOA MAPPO", lambda: trainer.train(resume=False, progress=False))

@@ -16,7 +16,7 @@ from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
 from ragrl.config_help import (BEGIN, END, SectionHelp, SettingHelp, explain, format_explain, replace_between_markers,
                                settings_markdown, walk_settings)
 from ragrl.errors import ConfigError
-from ragrl.train.check import RANGES
+from ragrl.train.check import all_ranges
 from ragrl.train.config import TrainConfig
 from ragrl.train.recipe import load_train_config
 from ragrl.yaml_config import setting
@@ -31,7 +31,7 @@ def without_help(cls) -> list[str]:
 
 
 def records(cfg=None, key=None) -> dict[str, SectionHelp | SettingHelp]:
-    return {r.key: r for r in explain(TrainConfig, cfg, key, ranges=RANGES)}
+    return {r.key: r for r in explain(TrainConfig, cfg, key, ranges=all_ranges())}
 
 
 def leaf_keys(cls, prefix=""):
@@ -57,7 +57,7 @@ def test_the_walk_covers_every_leaf_once_and_the_sections():
     settings = [r.key for r in recs if isinstance(r, SettingHelp)]
     assert sorted(settings) == sorted(leaf_keys(TrainConfig)) and len(settings) == len(set(settings))
     sections = [r.key for r in recs if isinstance(r, SectionHelp)]
-    assert sections == ["", "model", "data", "algo", "rollout", "sft", "retriever", "guard"]
+    assert sections == ["", "model", "data", "algo", "rollout", "sft", "guard", "retriever", "mmoa", "smartrag"]
 
 
 @dataclasses.dataclass
@@ -135,7 +135,7 @@ def test_a_key_selects_one_setting_or_a_section_and_an_unknown_key_is_named():
 
 def test_the_text_form_is_plain_and_complete():
     cfg = load_train_config("search_r1_grpo", [], "tiny")
-    text = format_explain(explain(TrainConfig, cfg, ranges=RANGES))
+    text = format_explain(explain(TrainConfig, cfg, ranges=all_ranges()))
     assert "\x1b[" not in text and "[/" not in text   # no terminal escapes, no rich markup
     assert "rollout.n = 8  (int; default 4)\n    allowed: >= 1\n    Samples per question" in text
     assert "[algo] The RL update" in text and text.count(" = ") >= len(list(leaf_keys(TrainConfig)))

@@ -29,9 +29,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def cache_settings(rollout, dtype, skip: int) -> dict:
-    """What a cached result was decoded with. The training-only settings (selector_samples,
-    generator_samples) are left out: evaluation sets them to 1, so a setting added for training must
-    not invalidate every cached evaluation. skip, and first_action (MMOA's pipeline has no first
+    """What a cached result was decoded with. The training-only rollout settings are left out (and the
+    pipeline's own, `mmoa.selector_samples` and `mmoa.generator_samples`, are not rollout settings:
+    evaluation sets them to 1), so a setting added for training must not invalidate every cached
+    evaluation. skip, and first_action (MMOA's pipeline has no first
     action to force), join only when set, so entries written before they existed stay valid."""
     from ragrl.rollout.multi_turn import TRAINING_ONLY
 

@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4, help="pipelines a question at each temperature > 0")
     ap.add_argument("--temperatures", default="1.0,0.6,0")
     ap.add_argument("--selector-samples", type=int, default=1,
-                    help="selections a pipeline, as rollout.selector_samples (K > 1: centred_by_kept)")
+                    help="selections a pipeline, as mmoa.selector_samples (K > 1: centred_by_kept)")
     ap.add_argument("--out", default=str(RESULTS / "mmoa_selector_sampling.json"))
     args = ap.parse_args()
 
@@ -94,6 +94,7 @@ def main() -> None:
     from ragrl.rollout.multi_turn import RolloutConfig
     from ragrl.engines.hf import HFEngine
     from ragrl.methods.mmoa.pipeline import run_mmoa_episodes
+    from ragrl.methods.mmoa.settings import MMOASettings
     from ragrl.train.config import DataConfig, TrainConfig
     from ragrl.train.setup import default_retriever
 
@@ -111,9 +112,9 @@ def main() -> None:
                            "questions": "pool-train (first n with gold passages)",
                            "index": "bm25 over the full corpus"}, "by_temperature": {}}
     for temp in (float(t) for t in args.temperatures.split(",")):
-        cfg = RolloutConfig(n=args.samples if temp > 0 else 1, temperature=temp, passage_words=30, seed=0,
-                            selector_samples=args.selector_samples if temp > 0 else 1)
-        trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(passage_words=30), retriever, samples, cfg)
+        cfg = RolloutConfig(n=args.samples if temp > 0 else 1, temperature=temp, passage_words=30, seed=0)
+        own = MMOASettings(selector_samples=args.selector_samples if temp > 0 else 1)
+        trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(passage_words=30), retriever, samples, cfg, settings=own)
         sel = [t for t in trajs if t.agent == "selector"]
         result["by_temperature"][str(temp)] = row = summarize(sel, gold)
         print(f"T={temp}: {json.dumps(row)}", flush=True)

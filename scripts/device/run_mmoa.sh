@@ -18,7 +18,7 @@ else   # 45 s of the call for loading before the first step and saving after the
 fi
 timeout -s TERM $LEFT python3 -m ragrl.cli.main train mmoa_mappo --variant tiny_grouped \
   --set out_dir=runs/g --set model.init_adapter=.dev2/s5 \
-  --set agent_adapters=per_agent --set rollout.temperature=0.7 --set rollout.n=2 --set rollout.selector_samples=4 \
+  --set agent_adapters=per_agent --set rollout.temperature=0.7 --set rollout.n=2 --set mmoa.selector_samples=4 \
   --set questions_per_step=16 --set lr=$LR --set steps=200 --set data.eval_n=200 "${MODE[@]}" \
   --set algo.minibatch_size=96 --set algo.micro_batch_size=32 --set model.max_batch_size=256 \
   --set save_every=10 --set seed=0 > $OUT/train.log 2>&1

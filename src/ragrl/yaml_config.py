@@ -185,6 +185,33 @@ def _parse(items: list[str] | None, keep_text: bool) -> dict:
     return tree
 
 
+def move_key(data: dict, old: str, new: str) -> bool:
+    """Move the value at dotted key `old` of a nested mapping to dotted key `new` (in place); whether
+    it was there. Both set is an error: the two spellings of one setting disagree or repeat.
+
+    >>> d = {"rollout": {"n": 2, "greedy": [1]}}
+    >>> move_key(d, "rollout.greedy", "mmoa.greedy"), d
+    (True, {'rollout': {'n': 2}, 'mmoa': {'greedy': [1]}})
+    """
+    *path, leaf = old.split(".")
+    node = data
+    for part in path:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if not isinstance(node, dict) or leaf not in node:
+        return False
+    *to_path, to_leaf = new.split(".")
+    target = data
+    for part in to_path:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"config key '{part}' must be a mapping (it holds {new!r})")
+    if to_leaf in target:
+        raise ConfigError(f"config keys '{old}' and '{new}' are both set: '{old}' is the old name of '{new}'; "
+                          f"drop '{old}'")
+    target[to_leaf] = node.pop(leaf)
+    return True
+
+
 def parse_overrides(items: list[str] | None) -> dict:
     """["a.b=1", "c=[x, y]"] -> {"a": {"b": 1}, "c": ["x", "y"]} (values read as YAML)."""
     return _parse(items, keep_text=False)
@@ -363,8 +390,9 @@ def config_from_dict(cls: type[T], data: Mapping) -> T:
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
-                *, variant: str | None = None) -> T:
-    """Resolve recipe (+ base chain) + variant + overrides into an instance of `cls`."""
+                *, variant: str | None = None, migrate: Callable[[dict], dict] | None = None) -> T:
+    """Resolve recipe (+ base chain) + variant + overrides into an instance of `cls`. `migrate` maps
+    the merged mapping before it is checked (keys that moved: their old spelling to the new one)."""
     data = read_recipe(path, whole_fields(cls)) if path is not None else {}
     variants = data.pop("variants", None) or {}
     if not isinstance(variants, Mapping):
@@ -381,7 +409,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             raise ConfigError(f"{path}: variant {variant!r} must be a mapping of overrides")
         data = deep_merge(data, chosen)
     data = deep_merge(data, _parse(overrides, keep_text=True))
-    return config_from_dict(cls, data)
+    return config_from_dict(cls, migrate(data) if migrate is not None else data)
 
 
 def _plain(value: Any) -> Any:

@@ -143,10 +143,9 @@ def test_one_adapter_cached_twice_with_different_results_is_refused_and_identica
 
 def test_mmoa_eval_cache_key_is_what_decoding_reads_and_nothing_else():
     """The key of a cached evaluation, pinned to the one its stored entries were written with: a
-    training-only rollout setting (selector_samples, generator_samples, greedy_agents: evaluation resets
-    each)
-    must not change it, or every earlier system is decoded again (~10 min each on 258 questions). A
-    new RolloutConfig field fails here until it is placed in or out of the key on purpose."""
+    training-only rollout setting (the wall-time bounds, turns_in_slot: evaluation resets each) must
+    not change it, or every earlier system is decoded again (~10 min each on 258 questions). A new
+    RolloutConfig field fails here until it is placed in or out of the key on purpose."""
     from experiments.mmoa.mmoa_eval import cache_settings
     from ragrl.rollout.multi_turn import RolloutConfig
 
@@ -155,8 +154,7 @@ def test_mmoa_eval_cache_key_is_what_decoding_reads_and_nothing_else():
               "top_p": 1.0, "n": 1, "seed": 0, "dtype": "torch.bfloat16"}
     rollout = RolloutConfig(temperature=0.0, passage_words=30)
     assert cache_settings(rollout, "torch.bfloat16", 0) == pinned
-    branched = RolloutConfig(temperature=0.0, passage_words=30, selector_samples=4, generator_samples=4,
-                             greedy_agents=["selector", "generator"])
+    branched = RolloutConfig(temperature=0.0, passage_words=30, max_episode_s=30.0, turns_in_slot=False)
     assert cache_settings(branched, "torch.bfloat16", 0) == pinned
     assert cache_settings(rollout, "torch.bfloat16", 100) == {**pinned, "skip": 100}
     assert cache_settings(RolloutConfig(temperature=0.7, passage_words=30), "torch.bfloat16", 0) != pinned

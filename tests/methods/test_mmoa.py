@@ -14,6 +14,7 @@ from ragrl.retrieval.resolve import make_retriever
 from ragrl.methods.mmoa.reward import mmoa_reward
 from ragrl.rollout.multi_turn import RolloutConfig
 from ragrl.methods.mmoa.pipeline import run_mmoa_episodes
+from ragrl.methods.mmoa.settings import MMOASettings, evaluation_settings
 
 
 def test_constrained_selector_decoding_only_produces_valid_id_lists(tiny_model_dir):
@@ -104,7 +105,7 @@ def test_pipeline_runner_writes_one_trajectory_per_agent(tiny_model_dir, index):
 
 
 def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(tiny_model_dir, index):
-    """rollout.selector_samples = 3: each pipeline keeps one rewriter output and its candidates, the
+    """mmoa.selector_samples = 3: each pipeline keeps one rewriter output and its candidates, the
     selector samples 3 selections of them (one group per pipeline, so a group baseline compares
     selections of the same candidates) and the generator answers each; evaluation never branches."""
     from ragrl.eval.harness import EvalConfig, evaluate
@@ -115,7 +116,7 @@ def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(
     engine = HFEngine(model, tok)
     samples = load_questions("demo-eval", limit=2)
     trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples,
-                                 RolloutConfig(n=2, temperature=1.0, seed=0, selector_samples=3))
+                                 RolloutConfig(n=2, temperature=1.0, seed=0), settings=MMOASettings(selector_samples=3))
     assert [t.agent for t in trajs] == (["rewriter"] + ["selector", "generator"] * 3) * 4   # 2 questions x n=2
     differ = 0
     for k in range(0, 28, 7):
@@ -132,13 +133,15 @@ def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(
     selector_groups = {t.group for t in trajs if t.agent == "selector"}
     other_groups = {t.group for t in trajs if t.agent != "selector"}
     assert len(selector_groups) == 4 and len(other_groups) == 4 and not selector_groups & other_groups
-    res = evaluate(engine, index, samples, EvalConfig(agent="mmoa", systems=["agent"], n=2,
-                                                      rollout=RolloutConfig(temperature=0.0, selector_samples=3)))
+    branched = evaluation_settings(MMOASettings(selector_samples=3))   # what evaluation passes the runner
+    assert branched.selector_samples == 1
+    res = evaluate(engine, index, samples, EvalConfig(agent="mmoa", systems=["agent"], n=2, runner_settings=branched,
+                                                      rollout=RolloutConfig(temperature=0.0)))
     assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
 
 
 def test_greedy_agents_decode_greedily_while_the_others_sample(tiny_model_dir, index):
-    """rollout.greedy_agents=[selector, generator] at temperature 1: the 3 selections of one pipeline
+    """mmoa.greedy_agents=[selector, generator] at temperature 1: the 3 selections of one pipeline
     (one prompt) are the same, and so are the answers to the same kept documents, while the
     rewriter still samples; evaluation resets the list."""
     from ragrl.models.lm_weights import load_policy
@@ -147,8 +150,9 @@ def test_greedy_agents_decode_greedily_while_the_others_sample(tiny_model_dir, i
     model, tok = load_policy(str(tiny_model_dir))
     engine = HFEngine(model, tok)
     samples = load_questions("demo-eval", limit=2)
-    cfg = RolloutConfig(n=3, temperature=1.0, seed=0, selector_samples=3, greedy_agents=["selector", "generator"])
-    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples, cfg)
+    cfg = RolloutConfig(n=3, temperature=1.0, seed=0)
+    own = MMOASettings(selector_samples=3, greedy_agents=["selector", "generator"])
+    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples, cfg, settings=own)
     assert [t.agent for t in trajs] == (["rewriter"] + ["selector", "generator"] * 3) * 6
     rewrites = {}
     for k in range(0, 42, 7):
@@ -158,11 +162,12 @@ def test_greedy_agents_decode_greedily_while_the_others_sample(tiny_model_dir, i
         rewrites.setdefault(r.sample_id, set()).add(tuple(r.token_ids[r.prompt_len:]))
     assert any(len(v) > 1 for v in rewrites.values())                            # the rewriter still samples
     with pytest.raises(ConfigError, match="'retriever' is not an agent of the MMOA pipeline"):
-        run_mmoa_episodes(engine, MMOAProtocol(), index, samples, RolloutConfig(greedy_agents=["retriever"]))
+        run_mmoa_episodes(engine, MMOAProtocol(), index, samples, RolloutConfig(),
+                          settings=MMOASettings(greedy_agents=["retriever"]))
 
 
 def test_pipeline_branches_at_the_generator_and_groups_each_selections_answers(tiny_model_dir, index):
-    """rollout.generator_samples = 3: each selection is answered 3 times from one prompt (its kept
+    """mmoa.generator_samples = 3: each selection is answered 3 times from one prompt (its kept
     documents), the 3 answers one group, so a group baseline compares answers to the same context;
     the selector (and rewriter) trajectory carries its first answer; evaluation never branches."""
     from ragrl.eval.harness import EvalConfig, evaluate
@@ -172,8 +177,8 @@ def test_pipeline_branches_at_the_generator_and_groups_each_selections_answers(t
     model, tok = load_policy(str(tiny_model_dir))
     engine = HFEngine(model, tok)
     samples = load_questions("demo-eval", limit=2)
-    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples,
-                                 RolloutConfig(n=1, temperature=1.0, seed=0, selector_samples=2, generator_samples=3))
+    trajs, _ = run_mmoa_episodes(engine, MMOAProtocol(), index, samples, RolloutConfig(n=1, temperature=1.0, seed=0),
+                                 settings=MMOASettings(selector_samples=2, generator_samples=3))
     per_pipeline = ["rewriter"] + (["selector"] + ["generator"] * 3) * 2
     assert [t.agent for t in trajs] == per_pipeline * 2                   # 2 questions x n=1
     differ = 0
@@ -193,7 +198,8 @@ def test_pipeline_branches_at_the_generator_and_groups_each_selections_answers(t
     assert not (by_agent["generator"] & (by_agent["selector"] | by_agent["rewriter"]))
     assert not by_agent["selector"] & by_agent["rewriter"]
     res = evaluate(engine, index, samples, EvalConfig(agent="mmoa", systems=["agent"], n=2,
-                                                      rollout=RolloutConfig(temperature=0.0, generator_samples=3)))
+                                                      runner_settings=evaluation_settings(MMOASettings(generator_samples=3)),
+                                                      rollout=RolloutConfig(temperature=0.0)))
     assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
 
 
@@ -281,9 +287,9 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     """gae_baseline (the `tiny_grouped` variant, one step): the critic still scores every agent's
     sample, but its targets are the rewards centred per (question, agent) group of rollout.n
     samples, so with gamma = lam = 1 they sum to 0 in each group (and a group's samples share one
-    prompt, hence one agent). With rollout.selector_samples = 2 the selector's groups are its 2
+    prompt, hence one agent). With mmoa.selector_samples = 2 the selector's groups are its 2
     selections of one pipeline, and each pipeline's generator answers both; with
-    rollout.generator_samples = 2 the generator's groups are the 2 answers to one selection."""
+    mmoa.generator_samples = 2 the generator's groups are the 2 answers to one selection."""
     from ragrl.train import trainer as trainer_module
     from ragrl.train.recipe import load_train_config
 
@@ -291,8 +297,8 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
                                            f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
                                            "rollout.n=2", "questions_per_step=2", "sft.steps=0", "save_every=10",
                                            "eval_every=1", "data.eval=demo-eval", "data.eval_n=2",
-                                           f"rollout.selector_samples={selector_samples}",
-                                           f"rollout.generator_samples={generator_samples}",
+                                           f"mmoa.selector_samples={selector_samples}",
+                                           f"mmoa.generator_samples={generator_samples}",
                                            f"out_dir={tmp_path / 'run'}"], variant="tiny_grouped")
     assert (cfg.algo.estimator, cfg.algo.lam, cfg.keep_best) == ("gae_baseline", 1.0, "selector_f1")
     trainer = trainer_module.Trainer(cfg)
@@ -439,9 +445,9 @@ def test_tiny_joint_variant_is_run_ks_settings_and_trains_a_step(tiny_model_dir,
                                            f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",
                                            "rollout.n=2", "questions_per_step=2", "sft.steps=0", f"out_dir={out}"],
                             variant="tiny_joint")
-    assert (cfg.agent_adapters, cfg.frozen_agents, cfg.rollout.greedy_agents) == ("per_agent", [], [])
+    assert (cfg.agent_adapters, cfg.frozen_agents, cfg.mmoa.greedy_agents) == ("per_agent", [], [])
     assert (cfg.reward["mmoa"]["rewriter_gold"], cfg.reward["mmoa"]["selector_gold"]) == (3.0, 3.0)
-    assert (cfg.rollout.temperature, cfg.rollout.selector_samples, cfg.algo.estimator) == (0.7, 1, "gae_baseline")
+    assert (cfg.rollout.temperature, cfg.mmoa.selector_samples, cfg.algo.estimator) == (0.7, 1, "gae_baseline")
     assert (cfg.keep_best, cfg.eval_every) == (None, 0)
     rows = Trainer(cfg).train(progress=False)
     assert len(rows) == 1 and rows[0]["updates"] >= 1
@@ -503,36 +509,38 @@ def test_agent_settings_that_cannot_apply_are_refused():
         check_agents(load_train_config("search_r1_grpo", ["frozen_agents=[generator]"], variant="tiny"))
     with pytest.raises(ConfigError, match="model.lora is false"):
         check_agents(load_train_config("mmoa_mappo", ["agent_adapters=per_agent", "model.lora=false"], variant="tiny"))
-    with pytest.raises(ConfigError, match="selector_samples=2 branches a pipeline at its selector, but agent 'search_r1'"):
-        check_agents(load_train_config("search_r1_grpo", ["rollout.selector_samples=2"], variant="tiny"))
-    with pytest.raises(ConfigError, match="selector_samples must be an integer >= 1, got 0"):
-        check_agents(load_train_config("mmoa_mappo", ["rollout.selector_samples=0"], variant="tiny"))
-    check_agents(load_train_config("mmoa_mappo", ["rollout.selector_samples=4"], variant="tiny"))   # accepted
-    with pytest.raises(ConfigError, match="generator_samples=3 branches a pipeline at its generator, but agent 'search_r1'"):
-        check_agents(load_train_config("search_r1_grpo", ["rollout.generator_samples=3"], variant="tiny"))
-    with pytest.raises(ConfigError, match="generator_samples must be an integer >= 1, got 0"):
-        check_agents(load_train_config("mmoa_mappo", ["rollout.generator_samples=0"], variant="tiny"))
-    check_agents(load_train_config("mmoa_mappo", ["rollout.generator_samples=4"], variant="tiny"))   # accepted
-    with pytest.raises(ConfigError, match="greedy_agents: 'retriever' is not an agent of 'mmoa'"):
-        check_agents(load_train_config("mmoa_mappo", ["rollout.greedy_agents=[retriever]"], variant="tiny"))
-    with pytest.raises(ConfigError, match="greedy_agents: 'generator' is not an agent of 'search_r1'.*single policy"):
-        check_agents(load_train_config("search_r1_grpo", ["rollout.greedy_agents=[generator]"], variant="tiny"))
-    check_agents(load_train_config("mmoa_mappo", ["rollout.greedy_agents=[selector,generator]"], variant="tiny"))
+    from ragrl.train.check import check_combinations
+
+    # the pipeline's own settings are MMOA-RAG's section: refused in another method's run, checked in its own
+    with pytest.raises(ConfigError, match="mmoa.selector_samples is a setting of MMOA-RAG.*this run is search_r1"):
+        check_combinations(load_train_config("search_r1_grpo", ["mmoa.selector_samples=2"], variant="tiny"))
+    with pytest.raises(ConfigError, match="mmoa.selector_samples must be an integer >= 1, got 0"):
+        check_combinations(load_train_config("mmoa_mappo", ["mmoa.selector_samples=0"], variant="tiny"))
+    check_combinations(load_train_config("mmoa_mappo", ["mmoa.selector_samples=4"], variant="tiny"))   # accepted
+    with pytest.raises(ConfigError, match="mmoa.generator_samples is a setting of MMOA-RAG"):
+        check_combinations(load_train_config("search_r1_grpo", ["mmoa.generator_samples=3"], variant="tiny"))
+    with pytest.raises(ConfigError, match="mmoa.generator_samples must be an integer >= 1, got 0"):
+        check_combinations(load_train_config("mmoa_mappo", ["mmoa.generator_samples=0"], variant="tiny"))
+    with pytest.raises(ConfigError, match="mmoa.greedy_agents: 'retriever' is not an agent of the MMOA-RAG pipeline"):
+        check_combinations(load_train_config("mmoa_mappo", ["mmoa.greedy_agents=[retriever]"], variant="tiny"))
+    with pytest.raises(ConfigError, match="mmoa.greedy_agents is a setting of MMOA-RAG"):
+        check_combinations(load_train_config("search_r1_grpo", ["mmoa.greedy_agents=[generator]"], variant="tiny"))
+    check_combinations(load_train_config("mmoa_mappo", ["mmoa.greedy_agents=[selector,generator]"], variant="tiny"))
+    with pytest.raises(ConfigError, match=r"unknown config key 'mmoa.selector_sample'; did you mean 'mmoa.selector_samples'"):
+        load_train_config("mmoa_mappo", ["mmoa.selector_sample=2"], variant="tiny")
 
 
-def test_the_multi_turn_runner_refuses_selector_branching(tiny_model_dir):
-    from ragrl.methods.search_r1 import SearchR1Protocol
-    from ragrl.models.lm_weights import load_policy
-    from ragrl.rollout.multi_turn import run_episodes
-    from ragrl.engines.hf import HFEngine
+def test_the_pipelines_old_rollout_keys_still_load_as_its_own_with_a_deprecation_message(caplog):
+    """rollout.selector_samples (and the other two) moved into the `mmoa:` section: a recipe or a run's
+    config.yaml written before still loads, read as the new key, and says so; both spellings at once
+    are refused."""
+    from ragrl.train.recipe import load_train_config
 
-    model, tok = load_policy(str(tiny_model_dir))
-    with pytest.raises(ConfigError, match="multi-turn runner has no selector"):
-        run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
-                     RolloutConfig(selector_samples=2))
-    with pytest.raises(ConfigError, match="multi-turn runner has no selection"):
-        run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
-                     RolloutConfig(generator_samples=2))
-    with pytest.raises(ConfigError, match="greedy_agents.*multi-turn runner has one policy"):
-        run_episodes(HFEngine(model, tok), SearchR1Protocol(), None, load_questions("demo-eval", limit=1),
-                     RolloutConfig(greedy_agents=["generator"]))
+    with caplog.at_level("WARNING", logger="ragrl.config"):
+        cfg = load_train_config("mmoa_mappo", ["rollout.selector_samples=3", "rollout.greedy_agents=[selector]"],
+                                variant="tiny")
+    assert (cfg.mmoa.selector_samples, cfg.mmoa.greedy_agents) == (3, ["selector"])
+    assert not hasattr(cfg.rollout, "selector_samples")
+    assert "'rollout.selector_samples' is deprecated: it is now 'mmoa.selector_samples'" in caplog.text
+    with pytest.raises(ConfigError, match="'rollout.selector_samples' and 'mmoa.selector_samples' are both set"):
+        load_train_config("mmoa_mappo", ["rollout.selector_samples=3", "mmoa.selector_samples=2"], variant="tiny")

@@ -150,9 +150,15 @@ def test_known_if_is_refused_with_a_builder_that_does_not_read_it():
     from ragrl.train.check import check_combinations
     from ragrl.train.recipe import load_train_config
 
-    cfg = load_train_config("search_r1_grpo", ["sft.known_if=cover_em"], variant="tiny")
-    with pytest.raises(ConfigError, match="sft.known_if"):
+    cfg = load_train_config("smartrag_ppo", ["smartrag.known_if=cover_em", "sft.builder=gold_search"], variant="tiny")
+    with pytest.raises(ConfigError, match="smartrag.known_if=cover_em is read only by sft.builder=smartrag"):
         check_combinations(cfg)
+    # in another method's run, SmartRAG's section is refused whole
+    cfg = load_train_config("search_r1_grpo", ["smartrag.known_if=cover_em"], variant="tiny")
+    with pytest.raises(ConfigError, match="smartrag.known_if is a setting of SmartRAG"):
+        check_combinations(cfg)
+    # the key it had before still loads, read as the new one
+    assert load_train_config("smartrag_ppo", ["sft.known_if=cover_em"]).smartrag.known_if == "cover_em"
 
 
 def test_smartrag_ppo_recipe_runs_with_adaptive_kl_in_the_reward(tiny_model_dir, demo_bm25_dir, tmp_path):

@@ -86,12 +86,13 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
         from ragrl.compare.runs import find_artifact, load_run_config  # late: keeps `ragrl --help` instant
-        from ragrl.methods.base import method_for  # late: keeps `ragrl --help` instant
+        from ragrl.methods.base import method_for, settings_of  # late: keeps `ragrl --help` instant
 
         trained = load_run_config(run) if run is not None else None
         # How the run is evaluated is its method record's to say (a retriever feeding a reader: HARR's).
         method = method_for(trained.agent, trained.policy) if trained is not None else None
         retriever_run = method is not None and method.evaluation == "retriever"
+        rc = settings_of(trained, method) if retriever_run else None   # its encoder, hops and history
         rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
         agent = agent or (trained.agent if trained else "search_r1")
         model = model or (trained.model.name if trained else "smollm2-135m-instruct")
@@ -102,7 +103,7 @@ def register(app: typer.Typer) -> None:
                 index = trained.data.index
             if index is None and retriever_run:
                 from ragrl.retrieval.resolve import cached_dense_index  # late: keeps `ragrl --help` instant
-                index = str(cached_dense_index(trained.data.corpus, trained.data.vectors, trained.retriever.encoder))
+                index = str(cached_dense_index(trained.data.corpus, trained.data.vectors, rc.encoder))
             if index is None and trained.data.corpus:
                 from ragrl.retrieval.resolve import cached_bm25_index  # late: keeps `ragrl --help` instant
                 index = str(cached_bm25_index(trained.data.corpus))
@@ -147,7 +148,6 @@ def register(app: typer.Typer) -> None:
             searches = {"index encoder": base_retriever.search}
             if query_encoder is not None:
                 searches["trained encoder"] = retriever.search
-            rc = trained.retriever if retriever_run else None
             if rc is not None and rc.hops > 1:
                 # the run's own hops and history, for the index's encoder and the trained one alike
                 searches = _multi_hop_searches(base_retriever, retriever, rc)
@@ -186,7 +186,13 @@ def register(app: typer.Typer) -> None:
                                          "a threshold on the action needs a protocol like smartrag", param_hint="--search-threshold")
             # only the agent decides by threshold; the baselines keep the plain engine
             agent_engine = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], search_threshold)
-        cfg = EvalConfig(agent=agent, systems=chosen, n=len(samples), batch_size=batch_size, topk=topk, seed=seed)
+        from ragrl.methods.base import runner_settings  # late: keeps `ragrl --help` instant
+        from ragrl.rollout.protocol import get_protocol  # late: keeps `ragrl --help` instant
+
+        # a run's own runner settings (MMOA-RAG's), at their evaluation values; without a run, the defaults
+        own = runner_settings(trained, get_protocol(agent).runner, evaluation=True) if trained else None
+        cfg = EvalConfig(agent=agent, systems=chosen, n=len(samples), batch_size=batch_size, topk=topk, seed=seed,
+                         runner_settings=own)
         cfg.rollout = rollout
 
         with Progress() as bar:

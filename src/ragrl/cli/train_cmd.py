@@ -52,10 +52,9 @@ def register(app: typer.Typer) -> None:
         cfg = load_train_config(recipe, set_, variant)
         if explain:   # the config alone: no model, data or index is opened
             from ragrl.config_help import explain as explain_settings, format_explain  # late: see the module docstring
-            from ragrl.train.check import RANGES  # late: see the module docstring
-            from ragrl.train.config import TrainConfig  # late: see the module docstring
+            from ragrl.train.check import all_ranges  # late: see the module docstring
 
-            typer.echo(format_explain(explain_settings(TrainConfig, cfg, key, ranges=RANGES)), nl=False)
+            typer.echo(format_explain(explain_settings(type(cfg), cfg, key, ranges=all_ranges())), nl=False)
             return
         if check:
             from ragrl.train.check import check_everything  # late: keeps `ragrl --help` instant

@@ -14,13 +14,12 @@ from pathlib import Path
 
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
-from ragrl.methods.base import Method, method_for
+from ragrl.methods.base import Method, method_for, settings_of
 from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.retrieval.corpus import file_sha256
 from ragrl.retrieval.index import read_manifest
-from ragrl.train.config import TrainConfig
+from ragrl.train.config import TrainConfig, load_train_file
 from ragrl.train.run_dir import read_metrics, read_training_record
-from ragrl.yaml_config import load_config
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def load_run_config(run: Path) -> TrainConfig:
     """The resolved TrainConfig a run wrote (its config.yaml), checked like a recipe."""
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run} has no config.yaml: not a ragrl training run directory")
-    return load_config(TrainConfig, run / "config.yaml")
+    return load_train_file(run / "config.yaml")
 
 
 @lru_cache(maxsize=16)
@@ -110,7 +109,7 @@ def read_run(path: Path) -> RunRecord:
     if evaluation == "retriever":    # its index is its policy's: only the corpus is shared
         search = corpus_setting(cfg.data.corpus, cfg.data.index)
         search = SearchSetting(search.corpus, search.corpus_sha256, "dense",
-                               cfg.data.index or f"dense({cfg.retriever.encoder} over {search.corpus.name})")
+                               cfg.data.index or f"dense({settings_of(cfg, method).encoder} over {search.corpus.name})")
     else:
         search = corpus_setting(cfg.data.corpus, cfg.data.index)
     return RunRecord(path, path.name, cfg, method, evaluation, trained, start, search)

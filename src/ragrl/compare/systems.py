@@ -31,6 +31,7 @@ from ragrl.eval.harness import EvalConfig, naive_rag, run_system, score
 from ragrl.eval.report import load_trajectories, write_trajectories
 from ragrl.eval.search_gain import QUESTION_DEPTH
 from ragrl.eval.search_payoff import search_events, search_payoff
+from ragrl.methods.base import runner_settings, settings_of
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
 from ragrl.retrieval.corpus import Corpus
@@ -109,9 +110,10 @@ def system_key(system: System, ctx: Context) -> dict:
         key.update(corpus=ctx.setting.corpus_sha256, index=ctx.setting.index_kind)
     if system.run is not None:
         cfg = system.run.cfg
+        own = (settings_of(cfg, system.run.method) if system.kind == "retriever"
+               else runner_settings(cfg, get_protocol(cfg.agent).runner, evaluation=True))
         key.update(model=cfg.model.name, agent=cfg.agent, rollout=cfg.rollout.__dict__,
-                   retriever=cfg.retriever.__dict__ if system.kind == "retriever" else None,
-                   corpus=system.run.search.corpus_sha256)
+                   settings=own.__dict__ if own is not None else None, corpus=system.run.search.corpus_sha256)
     return json.loads(json.dumps(key, default=str))
 
 
@@ -126,7 +128,9 @@ def _agent_episodes(system: System, ctx: Context, engine, retriever) -> list[lis
     cfg = system.run.cfg
     protocol = get_protocol(cfg.agent)
     rollout = replace(cfg.rollout, temperature=0.0, n=1, seed=ctx.seed, **TRAINING_ONLY)
-    trajs = _batches(ctx, system.name, lambda batch: run_agent(engine, protocol, retriever, batch, rollout)[0])
+    settings = runner_settings(cfg, protocol.runner, evaluation=True)
+    trajs = _batches(ctx, system.name,
+                     lambda batch: run_agent(engine, protocol, retriever, batch, rollout, settings=settings)[0])
     by_q: dict[str, list[Trajectory]] = {}
     for t in trajs:
         by_q.setdefault(t.sample_id, []).append(t)
@@ -139,7 +143,8 @@ def _reader_fed(system: System, ctx: Context) -> list[list[Trajectory]]:
     """A retriever run without a generator: its searches (every hop, with its history) feed the reader,
     who answers from all of their passages with the naive-RAG prompt."""
     cfg = system.run.cfg
-    search = system.run.method.eval_retriever(cfg, system.artifact).searcher(cfg.retriever.hops)
+    own = settings_of(cfg, system.run.method)
+    search = system.run.method.eval_retriever(cfg, system.artifact).searcher(own.hops)
     ecfg = EvalConfig(seed=ctx.seed, topk=cfg.rollout.topk)
     ecfg.rollout = replace(ecfg.rollout, passage_words=cfg.rollout.passage_words)
     return [[t] for t in _batches(ctx, system.name, lambda batch: naive_rag(ctx.reader_engine(), search, batch, ecfg,
@@ -167,10 +172,11 @@ def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
         return _baseline(system, ctx)
     cfg = system.run.cfg
     if system.kind == "retriever":
-        if not cfg.retriever.generator:
+        own = settings_of(cfg, system.run.method)
+        if not own.generator:
             return _reader_fed(system, ctx)
         # a frozen generator searching with the (trained or starting) encoder, as it was trained
-        engine = _lm_engine(cfg.retriever.generator, cfg.retriever.generator_adapter, ctx)
+        engine = _lm_engine(own.generator, own.generator_adapter, ctx)
         return _agent_episodes(system, ctx, engine, system.run.method.eval_retriever(cfg, system.artifact))
     engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile)
     return _agent_episodes(system, ctx, engine, ctx.retriever)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError
@@ -41,6 +41,9 @@ class EvalConfig:
     max_answer_tokens: int = 32       # baselines' answer budget
     seed: int = 0
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(temperature=0.0))
+    # The agent's runner's own settings (its method's section, at their evaluation values:
+    # ragrl.methods.base.runner_settings); None: a runner that has none, or its defaults.
+    runner_settings: Any = None
 
 
 def score(traj: Trajectory) -> Trajectory:
@@ -110,7 +113,7 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
         protocol = get_protocol(cfg.agent)
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
         rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **TRAINING_ONLY)
-        trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg)
+        trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg, settings=cfg.runner_settings)
         return answering(trajs, protocol)
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
 
@@ -143,12 +146,13 @@ def evaluate(engine: Engine, retriever: Retriever | None, samples: list[dict], c
 
 def agent_metrics(engine: Engine, retriever: Retriever | None, agent: str, rollout: RolloutConfig,
                   samples: list[dict], seed: int, per_question: bool = False,
-                  extra_metrics: Callable[[list], dict] | None = None) -> dict:
+                  extra_metrics: Callable[[list], dict] | None = None, settings: Any = None) -> dict:
     """Greedy held-out metrics of an agent (what training's periodic evaluation logs): EM, F1 and
     cover-EM in percent with 95% CIs, searches and format errors per question, and whatever
-    `extra_metrics(trajectories)` adds (a method's own, e.g. MMOA-RAG's selector F1)."""
+    `extra_metrics(trajectories)` adds (a method's own, e.g. MMOA-RAG's selector F1). `settings`:
+    its runner's own (EvalConfig.runner_settings)."""
     ecfg = EvalConfig(agent=agent, systems=["agent"], n=len(samples), seed=seed, topk=rollout.topk,
-                      rollout=replace(rollout, temperature=0.0, n=1))
+                      rollout=replace(rollout, temperature=0.0, n=1), runner_settings=settings)
     res = evaluate(engine, retriever, samples, ecfg)[agent]
     s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
     out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")

@@ -12,6 +12,7 @@ recipe uses and never names a method itself. A seventh method is its own module 
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,7 +47,8 @@ class Method:
     answer_rewards: tuple[str, ...] = ()
     # SFT warm-start builders (cfg, model, tokenizer, retriever) -> trajectories: `sft.builder` names.
     sft_builders: Mapping[str, Callable] = field(default_factory=dict)
-    # Policy setups it adds (what is trained and how it rolls out): `policy:` names, e.g. retriever.
+    # Policy setups it adds (what is trained and how it rolls out): `policy:` names, e.g. retriever;
+    # each (cfg, *, retriever, model_bundle, settings) -> Setup.
     setups: Mapping[str, Callable] = field(default_factory=dict)
     # Advantage estimators it adds (`algo.estimator` names): each wrapped by
     # `ragrl.algos.registry.uniform_estimator`, which declares the data it reads.
@@ -54,17 +56,37 @@ class Method:
     # Policy-gradient losses it adds (`algo.policy_loss` names): (logprobs, old_logprobs,
     # advantages, mask [B, T], algo cfg) -> (scalar loss, stats), like `ragrl.algos.registry.ppo_clip`.
     policy_losses: Mapping[str, Callable] = field(default_factory=dict)
-    # Checks of the settings this method owns, run on every resolved config (so its settings are
-    # refused where they would be ignored, and bad combinations of them before any work).
-    check: Callable[[Any], None] | None = None
+    # Its own settings: a dataclass of `ragrl.yaml_config.setting` fields, read from the recipe's
+    # top-level section named `settings_key` (the method's name unless given), typed and checked on
+    # load like the core's sections (an unknown key is refused with "did you mean"), written into
+    # every run's config.yaml, and passed to its runner, setups, check and preflight as `settings`.
+    settings: type | None = None
+    settings_key: str | None = None
+    # Keys its settings had before they were its own: old dotted key -> key in its section. A recipe
+    # or run config that still uses one is read as the new key, with a deprecation message.
+    moved_keys: Mapping[str, str] = field(default_factory=dict)
+    # Intervals of its numeric settings (keys within its section): refused on load, as the core's.
+    ranges: Mapping[str, str] = field(default_factory=dict)
+    # (settings) -> settings as evaluation runs its episodes: a training-only knob at its
+    # evaluation value (one sample a branch). None: evaluation reads them as trained.
+    evaluation_settings: Callable[[Any], Any] | None = None
+    # Checks of the settings this method owns, (cfg, settings), run on every resolved config (so its
+    # settings are refused where they would be ignored, and bad combinations of them before any work).
+    check: Callable[[Any, Any], None] | None = None
+    # For a policy setup of its own: (settings) -> whether its runs generate text (so can make
+    # format errors). None: they do not (an LM agent's runs always do).
+    writes_text: Callable[[Any], bool] | None = None
     # Metrics it adds to the training curves (curves.png), beyond the core's.
     plot_keys: tuple[str, ...] = ()
     # Metrics its evaluation adds, from the answering trajectories (MMOA-RAG: selector F1).
     eval_metrics: Callable[[list], dict] | None = None
-    # `ragrl train --check`: the files, indexes and models its setup would open, one line each.
-    preflight: Callable[[Any], list[str]] | None = None
+    # `ragrl train --check`, (cfg, settings): the files, indexes and models its setup would open,
+    # one line each.
+    preflight: Callable[[Any, Any], list[str]] | None = None
     evaluation: Evaluation = "agent"
-    # evaluation "retriever": (cfg, trained encoder dir | None for the start) -> the run's retriever
+    # evaluation "retriever": its settings carry `encoder`, `hops`, `history`, `instruction`,
+    # `generator` and `generator_adapter`, which the evaluations read; and
+    # eval_retriever: (cfg, trained encoder dir | None for the start) -> the run's retriever
     # as evaluated (deterministic top k, its own index); `.searcher(hops)` gives every hop's passages.
     eval_retriever: Callable[[Any, Any], Any] | None = None
     # What its reward charges per retrieval, from a resolved config (None: no charge in this run):
@@ -73,6 +95,11 @@ class Method:
     recipes: tuple[str, ...] = ()                # its shipped recipes (ragrl/recipes/<name>.yaml)
     # Its protocol reads plain text when a reward is given neither a trajectory nor a protocol.
     default_text_protocol: bool = False
+
+    @property
+    def section(self) -> str | None:
+        """The recipe key of its settings (None: it has none)."""
+        return (self.settings_key or self.name) if self.settings is not None else None
 
 
 METHODS: Registry[Method] = Registry("method")
@@ -108,10 +135,14 @@ def register_method(method: Method) -> Method:
     Names must be new: a second method may not silently replace a protocol, reward, SFT builder or
     policy setup of another (nor the core's `gold_search` builder or `lm` setup)."""
     for kind, names, taken in (("SFT builder", method.sft_builders, {"gold_search", *sft_builders()}),
-                               ("policy setup", method.setups, {"lm", *setups()})):
+                               ("policy setup", method.setups, {"lm", *setups()}),
+                               ("settings section", [method.section] if method.section else [],
+                                {m.section for m in METHODS.values()})):
         clash = sorted(set(names) & taken)
         if clash:
             raise ConfigError(f"{kind} {clash[0]!r} is registered twice")
+    if method.settings is not None and not dataclasses.is_dataclass(method.settings):
+        raise ConfigError(f"method {method.name}: settings must be a dataclass, got {method.settings!r}")
     for protocol in method.protocols:
         PROTOCOLS.register(protocol.name, protocol)
     for name, runner in method.runners.items():
@@ -155,6 +186,21 @@ def method_for(protocol: str, setup: str) -> Method | None:
         if any(p.name == protocol for p in method.protocols):
             return method
     return None
+
+
+def settings_of(cfg, method: Method | None) -> Any:
+    """The method's own settings section of a resolved config (None: no method, or it has none)."""
+    return getattr(cfg, method.section) if method is not None and method.section else None
+
+
+def runner_settings(cfg, runner: str, evaluation: bool = False) -> Any:
+    """What the episode runner named `runner` is given as its `settings`: the section of the method
+    that adds the runner (None for the core's multi_turn), at its evaluation values when `evaluation`."""
+    method = next((m for m in METHODS.values() if runner in m.runners), None)
+    settings = settings_of(cfg, method)
+    if evaluation and settings is not None and method.evaluation_settings is not None:
+        settings = method.evaluation_settings(settings)
+    return settings
 
 
 def answer_rewards() -> set[str]:

@@ -39,6 +39,7 @@ from ragrl.eval.retrieval import by_question_kind, compare_retrievers, compare_r
 from ragrl.eval.retriever_view import ROWS_FILE, retrieval_rows, write_retrieval_rows
 from ragrl.eval.stats import ci_record, paired_record
 from ragrl.eval.viewer import write_view
+from ragrl.methods.base import method_for, settings_of
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
 from ragrl.policy.model_config import engine_for
@@ -116,7 +117,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     console.print("1/5 dense index of the data kit's corpus (precomputed MiniLM vectors), query encoder, test sets")
     tests = {name: qs[:held_out_n] for name, qs in load_held_out(test_sets).items()}
     trainer = Trainer(cfg)
-    rc = cfg.retriever
+    rc = settings_of(cfg, method_for(cfg.agent, cfg.policy))   # the retriever policy's own settings
     dense = trainer.setup.extras["sampler"].index
     # The starting point searches exactly as the trained encoder will: the same hops, history and
     # passages per hop; only the encoder differs (the index's own, frozen).

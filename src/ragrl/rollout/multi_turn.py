@@ -67,18 +67,6 @@ class RolloutConfig:
     n: int = setting(1, help=(
         "Samples per question in training: a question's group for the group estimators (grpo, "
         "rloo, ...), which need n >= 2. Evaluation uses 1."))
-    selector_samples: int = setting(1, help=(
-        "Pipeline runner (MMOA-RAG) only: selections sampled per pipeline, each answered; they "
-        "share a group, so a group baseline compares selections of the same candidates. Evaluation "
-        "uses 1."))
-    generator_samples: int = setting(1, help=(
-        "Pipeline runner only: answers sampled per selection (one prompt, one group). Evaluation "
-        "uses 1."))
-    # A frozen selector sampled at 0.7 keeps a gold first document far less often than greedily.
-    greedy_agents: list[str] = setting(factory=list, help=(
-        "Pipeline runner only: agents that decode greedily in training rollouts whatever the "
-        "temperature, e.g. frozen ones, so their sampling noise does not reach the trained agents' "
-        "rewards. Evaluation decodes every agent alike."))
     seed: int = setting(0, help=(
         "Base seed of the rollout's sampling (each turn's seed derives from it). Training replaces "
         "it every step with one derived from the run's seed, the step and the rank; evaluation with "
@@ -98,12 +86,12 @@ class RolloutConfig:
         "whole batch's turn t, then all retrieve in one call."))
 
 
-# Rollout settings that only shape training batches or how episodes are scheduled, with the value
-# evaluation gives each (one answer a question, every agent decoded alike, no wall-time cut: an
-# evaluated result must not depend on how busy the machine was; greedy episodes are the same in or
-# out of their slots), so they never change an evaluated result (nor belong in the key of a cached one).
-TRAINING_ONLY = {"selector_samples": 1, "generator_samples": 1, "greedy_agents": (),
-                 "max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True}
+# Rollout settings that only shape how training episodes are scheduled, with the value evaluation
+# gives each (no wall-time cut: an evaluated result must not depend on how busy the machine was;
+# greedy episodes are the same in or out of their slots), so they never change an evaluated result
+# (nor belong in the key of a cached one). A method's own training-only knobs are set to their
+# evaluation values by its `Method.evaluation_settings`.
+TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True}
 
 
 @dataclass
@@ -236,15 +224,6 @@ def run_episodes(
     never interrupted, but an episode past its deadline ends before its next turn, ungenerated.
     """
     rollout_start = time.monotonic()   # at entry: building the prompts counts against max_rollout_s
-    if cfg.selector_samples != 1:
-        raise ConfigError(f"rollout.selector_samples={cfg.selector_samples}: the multi-turn runner has no selector "
-                          "to branch at (only the MMOA pipeline does); leave it at 1")
-    if cfg.generator_samples != 1:
-        raise ConfigError(f"rollout.generator_samples={cfg.generator_samples}: the multi-turn runner has no selection "
-                          "to answer several times (only the MMOA pipeline does); leave it at 1")
-    if cfg.greedy_agents:
-        raise ConfigError(f"rollout.greedy_agents={cfg.greedy_agents}: the multi-turn runner has one policy, no agents "
-                          "to decode apart (only the MMOA pipeline has); leave it empty")
     # Every episode of this runner starts with the rollout, so its own clock starts at entry too.
     deadline = episode_deadline(cfg, rollout_start, episode_start=rollout_start)
     tok = engine.tokenizer

@@ -50,9 +50,6 @@ class TextProtocol:
     agents: tuple[str, ...] = ()
     #: whose trajectory holds the episode's answer when there are several agents; None: every one
     answering_agent: str | None = None
-    #: pipeline stages at which one episode may branch into several samples (MMOA-RAG's selector
-    #: and generator: rollout.selector_samples, rollout.generator_samples)
-    branches: tuple[str, ...] = ()
     #: an unparseable turn ends the episode (SmartRAG), instead of a feedback hint and another turn
     invalid_ends_episode: bool = False
     #: queries one search action may hold (RAG-R1: several, retrieved as one batch)

@@ -13,15 +13,19 @@ from ragrl.registry import Registry
 from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
 from ragrl.rollout.protocol import TextProtocol
 
-Runner = Callable[..., tuple[list, dict]]   # (engine, protocol, retriever, samples, cfg, *, group_offset)
+# (engine, protocol, retriever, samples, cfg, *, group_offset[, settings]): a method's runner also
+# gets its method's own settings section (ragrl.methods.base.runner_settings).
+Runner = Callable[..., tuple[list, dict]]
 
 RUNNERS: Registry[Runner] = Registry("episode runner", {"multi_turn": run_episodes})
 
 
 def run_agent(engine, protocol: TextProtocol, retriever, samples: list[dict], cfg: RolloutConfig, *,
-              group_offset: int = 0):
-    """Roll out `protocol`'s episodes with its runner; (trajectories, stats)."""
-    return RUNNERS[protocol.runner](engine, protocol, retriever, samples, cfg, group_offset=group_offset)
+              group_offset: int = 0, settings=None):
+    """Roll out `protocol`'s episodes with its runner; (trajectories, stats). `settings`: the runner's
+    method's own section, given to a runner that has one (the core's multi_turn has none)."""
+    extra = {} if settings is None else {"settings": settings}
+    return RUNNERS[protocol.runner](engine, protocol, retriever, samples, cfg, group_offset=group_offset, **extra)
 
 
 def answering(trajs: list, protocol: TextProtocol) -> list:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 
 from ragrl.algos.registry import ADVANTAGE_ESTIMATORS
 from ragrl.datasets import load_questions
 from ragrl.engines.registry import require_engine
 from ragrl.errors import ConfigError
-from ragrl.methods.base import METHODS, method_for
+from ragrl.methods.base import METHODS, method_for, settings_of
 from ragrl.kit import verify_kit
 from ragrl.models.lm_weights import resolve_policy
 from ragrl.paths import KIT_PREFIX, resolve_kit
@@ -28,22 +29,21 @@ from ragrl.train.trackers import check_trackers
 # divides by zero at the first save, algo.clip_low=1 is refused at the first update) or be ignored
 # in silence (rollout.n=0 samples nothing, a negative entropy_coef is never applied). An unset
 # optional (None) passes; NaN and infinity never do. Left out on purpose: seed and rollout.seed (any
-# integer), rollout.selector_samples and rollout.generator_samples (check_agents, with the runner they need).
+# integer). A method's own settings have their own (`Method.ranges`, read by all_ranges).
 RANGES: dict[str, str] = {
     **dict.fromkeys((
         "steps", "questions_per_step", "save_every", "keep_last", "data.eval_n", "model.lora_r",
         "model.lora_alpha", "model.lora_layers", "model.max_batch_size", "algo.ppo_epochs", "algo.minibatch_size",
-        "algo.micro_batch_size", "sft.batch_size", "sft.max_len", "sft.max_questions", "retriever.lora_r",
-        "retriever.lora_alpha", "retriever.pool", "retriever.hops", "retriever.history_words", "rollout.n", "rollout.max_turns",
+        "algo.micro_batch_size", "sft.batch_size", "sft.max_len", "sft.max_questions", "rollout.n", "rollout.max_turns",
         "rollout.max_turn_tokens", "rollout.max_response_tokens", "rollout.max_obs_tokens",
         "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "algo.kl_horizon",
         "guard.nonfinite_steps", "guard.window", "guard.patience"), "[1, inf)"),
     **dict.fromkeys((
         "warmup_steps", "experts_per_group", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
         "algo.clip_high", "algo.kl_coef", "algo.value_coef", "algo.entropy_coef", "rollout.max_searches",
-        "rollout.temperature", "retriever.generator_temperature", "retriever.history_branches",
+        "rollout.temperature",
         "guard.entropy_floor", "guard.max_rollbacks", "guard.retrieval_wait_s"), "[0, inf)"),
-    **dict.fromkeys(("lr", "sft.lr", "max_grad_norm", "retriever.temperature", "algo.kl_target",
+    **dict.fromkeys(("lr", "sft.lr", "max_grad_norm", "algo.kl_target",
                      "algo.value_clip", "guard.kl_ceiling", "guard.reward_drop", "rollout.max_episode_s",
                      "rollout.max_rollout_s"), "(0, inf)"),
     **dict.fromkeys(("guard.remedy_lr_factor",), "(0, 1]"),
@@ -76,9 +76,14 @@ def _say(interval: str) -> str:
     return f"in {interval}"
 
 
+def all_ranges() -> dict[str, str]:
+    """The core's RANGES and every method's own (`Method.ranges`), under its section's key."""
+    return {**RANGES, **{f"{m.section}.{k}": v for m in METHODS.values() if m.section for k, v in m.ranges.items()}}
+
+
 def check_ranges(cfg: TrainConfig) -> None:
-    """Every numeric setting in RANGES within its interval; the first one outside is named with it."""
-    for key, interval in RANGES.items():
+    """Every numeric setting in all_ranges() within its interval; the first one outside is named with it."""
+    for key, interval in all_ranges().items():
         value = cfg
         for part in key.split("."):
             value = getattr(value, part)
@@ -144,12 +149,28 @@ def check_combinations(cfg: TrainConfig) -> None:
     check_trackers(cfg.report_to)   # a tracker asked for is installed, and named once
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
         check_search_outcome_rewards(cfg, make_reward(spec))   # a typo fails here, not after the SFT warm start
+    check_method_sections(cfg)
     # Each method checks the settings it owns, on every config: its settings are refused where they
     # would be ignored, and its own combinations before any work.
     for method in METHODS.values():
         if method.check is not None:
-            method.check(cfg)
+            method.check(cfg, settings_of(cfg, method))
     check_index_matches_corpus(cfg)
+
+
+def check_method_sections(cfg: TrainConfig) -> None:
+    """A method's own section set away from its defaults in another method's run would be ignored:
+    refused, naming the first such key."""
+    own = method_for(cfg.agent, cfg.policy)
+    for method in METHODS.values():
+        section = settings_of(cfg, method)
+        if method is own or section is None or section == method.settings():
+            continue
+        default = method.settings()
+        changed = next(f.name for f in fields(section) if getattr(section, f.name) != getattr(default, f.name))
+        raise ConfigError(f"{method.section}.{changed} is a setting of {method.paper.split(' (')[0]}, read by its "
+                          f"runs only, and this run is {own.name if own else cfg.agent} (agent {cfg.agent}, policy "
+                          f"{cfg.policy}): drop it")
 
 
 def check_search_outcome_rewards(cfg: TrainConfig, reward) -> None:
@@ -205,7 +226,8 @@ def check_guards(cfg: TrainConfig) -> None:
     if g.kl_ceiling is not None and cfg.algo.kl_coef <= 0:
         raise ConfigError("guard.kl_ceiling watches the KL to the reference, which is not computed with "
                           "algo.kl_coef=0: set algo.kl_coef > 0 or drop guard.kl_ceiling")
-    generates = cfg.policy == "lm" or bool(cfg.retriever.generator)
+    method = method_for(cfg.agent, cfg.policy)
+    generates = cfg.policy == "lm" or bool(method and method.writes_text and method.writes_text(settings_of(cfg, method)))
     if g.format_error_ceiling is not None and not generates:
         raise ConfigError(f"guard.format_error_ceiling: a {cfg.policy} policy with no generator writes no text, "
                           "so it makes no format errors; drop guard.format_error_ceiling")
@@ -257,12 +279,11 @@ def check_everything(cfg: TrainConfig) -> list[str]:
         if key == "train" and (line := check_warm_start_gold(cfg, rows)):
             done.append(line)
     done.append(f"model.device: {resolve_device(cfg.model.device)}")
-    if cfg.policy == "lm" or cfg.retriever.generator:
-        name = cfg.model.name if cfg.policy == "lm" else cfg.retriever.generator
-        done.append(f"model: {name} -> {resolve_policy(name)}")
+    if cfg.policy == "lm":
+        done.append(f"model: {cfg.model.name} -> {resolve_policy(cfg.model.name)}")
     method = method_for(cfg.agent, cfg.policy)
     if cfg.policy != "lm" and method is not None and method.preflight is not None:
-        done += method.preflight(cfg)   # a method's own policy setup opens its own files
+        done += method.preflight(cfg, settings_of(cfg, method))   # a method's own setup opens its own files
     else:
         retriever = default_retriever(cfg)
         try:
@@ -304,24 +325,12 @@ def check_warm_start_gold(cfg: TrainConfig, rows: list[dict]) -> str | None:
 
 
 def check_agents(cfg: TrainConfig) -> None:
-    """frozen_agents, agent_adapters and rollout.greedy_agents name agents the protocol has (MMOA-RAG's
-    three); rollout.selector_samples and rollout.generator_samples need a protocol that branches there."""
-    for name, where in (("selector_samples", "at its selector"), ("generator_samples", "at its generator")):
-        k = getattr(cfg.rollout, name)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"rollout.{name} must be an integer >= 1, got {k!r}")
-        stage = name.removesuffix("_samples")
-        if k > 1 and (cfg.policy != "lm" or stage not in get_protocol(cfg.agent).branches):
-            raise ConfigError(f"rollout.{name}={k} branches a pipeline {where}, but agent {cfg.agent!r} "
-                              f"(policy {cfg.policy}) has no pipeline that branches there; leave it at 1")
+    """frozen_agents and agent_adapters name agents the protocol has (MMOA-RAG's three)."""
     agents = tuple(get_protocol(cfg.agent).agents)
-    # A retriever policy decodes no agent's text, whatever agents its protocol names.
-    for key, names, known in (("rollout.greedy_agents", cfg.rollout.greedy_agents, agents if cfg.policy == "lm" else ()),
-                              ("frozen_agents", cfg.frozen_agents, agents)):
-        unknown = [a for a in names if a not in known]
-        if unknown:
-            raise ConfigError(f"{key}: {', '.join(map(repr, unknown))} is not an agent of {cfg.agent!r} "
-                              f"(its agents: {', '.join(known) or 'none, it is a single policy'})")
+    unknown = [a for a in cfg.frozen_agents if a not in agents]
+    if unknown:
+        raise ConfigError(f"frozen_agents: {', '.join(map(repr, unknown))} is not an agent of {cfg.agent!r} "
+                          f"(its agents: {', '.join(agents) or 'none, it is a single policy'})")
     if not cfg.frozen_agents and cfg.agent_adapters == "shared":
         return
     if cfg.agent_adapters == "per_agent":

@@ -6,17 +6,24 @@ tables of docs/recipes.md are generated from (scripts/settings_docs.py): write i
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 
 from ragrl.algos.kl import KL_CONTROLLERS, KL_KINDS
 from ragrl.algos.losses import AGG_MODES
 from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
-from ragrl.methods.base import setups, sft_builders
+import ragrl.methods  # noqa: F401  (registers the methods, whose settings sections TrainConfig carries)
+from ragrl.errors import ConfigError
+from ragrl.methods.base import METHODS, Method, setups, sft_builders
 from ragrl.policy.model_config import ModelConfig
 from ragrl.rollout.multi_turn import RolloutConfig
 from ragrl.rollout.protocol import PROTOCOLS, default_text_protocol
-from ragrl.yaml_config import Choice, setting
+from ragrl.yaml_config import Choice, load_config, move_key, setting
+
+log = logging.getLogger("ragrl.config")
 
 # Enumerations read from the registries when a recipe loads (one source of truth): the core's own
 # entries and whatever the method records add.
@@ -159,57 +166,9 @@ class SFTConfig:
         "whose answer the observations show (+ direct_frac); smartrag: answer directly where the "
         "base model is already right closed-book, else search and answer from the documents; mmoa: "
         "MMOA-RAG's episodes for each of its agents."))
-    known_if: Literal["em", "cover_em"] = setting("em", help=(
-        "smartrag builder: what counts as already right closed-book: exact match (em), or a gold "
-        "answer contained in the reply (cover_em; for small models that answer in sentences)."))
     max_questions: int | None = setting(None, help=(
         "smartrag and mmoa builders: training questions drawn (seeded) to build episodes from. "
         "null: all."))
-
-
-@dataclass
-class RetrieverConfig:
-    """The retriever as the policy (HARR; `policy: retriever`). Defaults are HARR's GRPO settings."""
-
-    encoder: str = setting("all-minilm-l6-v2", help=(
-        "Query encoder (a sentence-transformers name or path): the dense index's encoder, trained on "
-        "the query side only (the passage vectors stay the index's)."))
-    lora: bool = setting(False, help="true: LoRA on the encoder (HARR); false: full fine-tuning.")
-    lora_r: int = setting(8, help="LoRA rank of the encoder (with retriever.lora).")
-    lora_alpha: int = setting(16, help="LoRA alpha (scale alpha / r) of the encoder (with retriever.lora).")
-    pool: int = setting(30, help="Candidates fetched from faiss per query (M) that a draw ranks.")
-    temperature: float = setting(0.05, help=(
-        "Plackett-Luce temperature of a draw over the pool's scores (HARR: 0.05 with GRPO, 0.02 "
-        "with PPO)."))
-    history: bool = setting(True, help=(
-        "HARR's history in the text a follow-up search embeds: `Original Question / History / "
-        "Query` for a generator's sub-query, the question and what earlier hops found for a later "
-        "hop without one. false: the query alone at every search (HARR's ablation)."))
-    instruction: str = setting("", help=(
-        "Text put before the query (for instruction-tuned encoders). Empty: none."))
-    generator: str | None = setting(None, help=(
-        "The frozen generator whose searches the retriever serves (a model name or path); its "
-        "answer is rewarded. null: one retrieval per question with the question as the query and no "
-        "generation (reward from the documents alone)."))
-    generator_adapter: str | None = setting(None, help=(
-        "A LoRA adapter for the generator, e.g. a trained search agent's final_adapter. null: none."))
-    generator_temperature: float = setting(0.0, help=(
-        "The generator's sampling temperature. 0: greedy, so rewards vary with the documents only."))
-    hops: int = setting(1, help=(
-        "Without a generator: searches per question. Each later hop embeds the question with the "
-        "history of what earlier hops found and draws rollout.topk passages not found yet; "
-        "evaluation then scores all hops' passages (k * hops)."))
-    history_words: int = setting(8, help=(
-        "Without a generator: what a later hop's query carries of each passage earlier hops drew: "
-        "its title and first N words (where the next hop's entity is usually named)."))
-    history_branches: int = setting(0, help=(
-        "Without a generator and with hops > 1: the hops before the last are drawn once per block of "
-        "rollout.n / history_branches trajectories of a group and shared by the block (a tree), so a "
-        "later hop re-encodes at most this many distinct histories per question instead of "
-        "rollout.n. 0: every trajectory draws every hop."))
-    filter_questions: bool = setting(True, help=(
-        "HARR's question filter: before training, keep only questions whose reward varies across a "
-        "group of samples from the starting encoder (the kept ids are saved; a resume reuses them)."))
 
 
 @dataclass
@@ -251,8 +210,9 @@ class GuardConfig:
 
 
 @dataclass
-class TrainConfig:
-    """A training run: what is trained, on what, how, and where it is written."""
+class CoreConfig:
+    """A training run's core settings: what is trained, on what, how, and where it is written
+    (TrainConfig adds each method's own section)."""
 
     name: str = setting("run", help="Run name, given to the experiment trackers (report_to).")
     agent: ProtocolName = setting(factory=default_text_protocol, help=(
@@ -338,9 +298,6 @@ class TrainConfig:
         "Episodes: turn and token budgets, retrieval depth, sampling and wall-time bounds."))
     sft: SFTConfig = setting(factory=SFTConfig, help=(
         "The supervised warm start that fits a LoRA adapter before RL."))
-    retriever: RetrieverConfig = setting(factory=RetrieverConfig, help=(
-        "The retriever as the policy (policy: retriever, HARR): its encoder, draws, hops and "
-        "generator."))
     frozen_agents: list[str] = setting(factory=list, help=(
         "Agents (of a multi-agent protocol: MMOA-RAG's rewriter, selector, generator) whose "
         "trajectories are rolled out and scored but not trained on, e.g. [rewriter, selector] to "
@@ -356,3 +313,61 @@ class TrainConfig:
         "metrics.jsonl: tensorboard (run_dir/tb), wandb (offline unless WANDB_MODE says otherwise), "
         "mlflow (a file store in run_dir/mlruns unless MLFLOW_TRACKING_URI is set). One not installed "
         "is refused at start, naming its extra. []: none."))
+
+
+def _with_sections(base: type, methods: list[Method]) -> type:
+    """`base` with one field per method that has settings: its section, under its key."""
+    core = {f.name for f in dataclasses.fields(base)}
+    clash = [m.section for m in methods if m.section in core]
+    if clash:
+        raise ConfigError(f"method settings section {clash[0]!r} has the name of a core setting")
+    cls = dataclasses.make_dataclass("TrainConfig", [
+        (m.section, m.settings, setting(factory=m.settings, help=(
+            f"{m.paper}: the method's own settings (read by its runs only; another method's run "
+            "refuses them set).")))
+        for m in methods], bases=(base,))
+    cls.__module__ = __name__   # pickled and found by name like any module-level class
+    cls.__doc__ = ("A training run: the core's settings (CoreConfig) and each method's own section "
+                   "(ragrl.methods.base.Method.settings).")
+    return cls
+
+
+TrainConfig = _with_sections(CoreConfig, [m for m in METHODS.values() if m.section])
+_LATER: dict[tuple, type] = {}
+
+
+def train_config_class() -> type:
+    """TrainConfig with the sections of every method registered now: TrainConfig itself, or, when a
+    method was registered after this module loaded (one defined in a test or a user's script), an
+    extension of it with that method's section."""
+    have = {f.name for f in dataclasses.fields(TrainConfig)}
+    later = [m for m in METHODS.values() if m.section and m.section not in have]
+    if not later:
+        return TrainConfig
+    key = tuple((m.section, m.settings) for m in later)
+    if key not in _LATER:
+        _LATER[key] = _with_sections(TrainConfig, later)
+    return _LATER[key]
+
+
+_ANNOUNCED: set[str] = set()
+
+
+def migrate_moved_keys(data: dict) -> dict:
+    """A merged recipe or run config with each method's moved keys (`Method.moved_keys`) under their
+    new names, each announced once a process as deprecated: old recipes and old runs' config.yaml
+    still load."""
+    for method in METHODS.values():
+        for old, new in method.moved_keys.items():
+            if move_key(data, old, f"{method.section}.{new}") and old not in _ANNOUNCED:
+                _ANNOUNCED.add(old)
+                log.warning("config key '%s' is deprecated: it is now '%s.%s' (%s's own settings); the old "
+                            "key is read as the new one for now", old, method.section, new, method.name)
+    return data
+
+
+def load_train_file(path: str | Path | None, overrides: list[str] | None = None,
+                    variant: str | None = None) -> TrainConfig:
+    """A recipe (with its base chain, variant and overrides) or a run's config.yaml as a TrainConfig
+    with every registered method's section, old keys migrated."""
+    return load_config(train_config_class(), path, overrides, variant=variant, migrate=migrate_moved_keys)

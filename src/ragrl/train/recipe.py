@@ -24,7 +24,7 @@ from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_tra
 from ragrl.policy.lm_model import build_policy, freeze_reference
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.check import check_combinations
-from ragrl.train.config import TrainConfig
+from ragrl.train.config import TrainConfig, load_train_file
 from ragrl.train.distributed import close_distributed, dist_info
 from ragrl.train.experts import corpus_passages
 from ragrl.train.progress import sft_progress
@@ -33,7 +33,6 @@ from ragrl.train.run_dir import prepare_run_dir, record_stage, setup_file_loggin
 from ragrl.train.setup import default_retriever
 from ragrl.train.sft import run_sft
 from ragrl.train.trainer import Trainer
-from ragrl.yaml_config import load_config
 
 log = logging.getLogger("ragrl.train")
 
@@ -76,7 +75,7 @@ def recipe_listing() -> list[dict]:
 
 def load_train_config(recipe: str | None, overrides: list[str], variant: str | None = None) -> TrainConfig:
     path = resolve_recipe(recipe) if recipe else None
-    cfg = load_config(TrainConfig, path, overrides, variant=variant)
+    cfg = load_train_file(path, overrides, variant)
     # A schedule replaces `reward` from its first step: an override of `reward` would be accepted and
     # never used, so it is refused (the recipe's own `reward` under a schedule is only its base's).
     touched = [o for o in overrides if o.split("=", 1)[0].strip().split(".")[0] == "reward"]

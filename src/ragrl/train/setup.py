@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ragrl.errors import ConfigError
 from ragrl.eval.harness import agent_metrics
-from ragrl.methods.base import Setup, method_for, setups
+from ragrl.methods.base import METHODS, Setup, method_for, runner_settings, settings_of, setups
 from ragrl.models.agent_adapters import agent_adapter_map, make_agent_adapters
 from ragrl.policy.lm import LMPolicy
 from ragrl.policy.lm_model import build_policy
@@ -40,7 +40,10 @@ def build_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup
     known = all_setups()
     if cfg.policy not in known:
         raise ConfigError(f"policy must be one of {', '.join(known)}; got {cfg.policy!r}")
-    return known[cfg.policy](cfg, retriever=retriever, model_bundle=model_bundle)
+    if cfg.policy == "lm":
+        return lm_setup(cfg, retriever=retriever, model_bundle=model_bundle)
+    owner = next(m for m in METHODS.values() if cfg.policy in m.setups)
+    return known[cfg.policy](cfg, retriever=retriever, model_bundle=model_bundle, settings=settings_of(cfg, owner))
 
 
 def default_retriever(cfg: TrainConfig):
@@ -71,12 +74,14 @@ def lm_setup(cfg: TrainConfig, *, retriever=None, model_bundle=None) -> Setup:
             holder["engine"] = engine_for(cfg.model, model, tok)
         return holder["engine"]
 
+    settings = runner_settings(cfg, protocol.runner)   # the runner's method's own section, if it has one
+
     def rollout(samples, rcfg, group_offset):
-        return run_agent(engine(), protocol, retriever, samples, rcfg, group_offset=group_offset)
+        return run_agent(engine(), protocol, retriever, samples, rcfg, group_offset=group_offset, settings=settings)
 
     def evaluate(samples, seed, per_question=False):
         return agent_metrics(engine(), retriever, cfg.agent, cfg.rollout, samples, seed, per_question,
-                             extra_metrics=extra_metrics)
+                             extra_metrics=extra_metrics, settings=runner_settings(cfg, protocol.runner, evaluation=True))
 
     def export(final: Path, state=None):
         if hasattr(model, "peft_config"):   # a LoRA (peft) model saves its adapter; a full model has none

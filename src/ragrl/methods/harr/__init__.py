@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, answer_rewards, register_method
+from ragrl.methods.harr.settings import RANGES, RetrieverSettings
 from ragrl.methods.harr.setup import eval_retriever, preflight, retriever_setup
 
 
-def check_harr_settings(cfg) -> None:
+def check_harr_settings(cfg, settings: RetrieverSettings) -> None:
     """A retriever policy with no generator has no answer to score; hops are for generator-free runs."""
-    if cfg.policy == "retriever" and not cfg.retriever.generator:
+    rc = settings
+    if cfg.policy == "retriever" and not rc.generator:
         for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
             names = [e["name"] for e in spec] if isinstance(spec, list) else list(spec)
             reading = sorted(set(names) & answer_rewards())
@@ -18,11 +20,11 @@ def check_harr_settings(cfg) -> None:
                 raise ConfigError(f"reward {', '.join(reading)} (from step {start}) scores an answer, but "
                                   "retriever.generator is null: no answer is generated; set a generator or use "
                                   "gold_recall or answer_in_docs")
-    if cfg.retriever.hops > 1 and cfg.retriever.generator:
+    if rc.hops > 1 and rc.generator:
         raise ConfigError("retriever.hops: with a generator, the generator decides when to search again; "
                           "set retriever.hops=1 or retriever.generator=null")
-    branches = cfg.retriever.history_branches
-    if branches and (cfg.retriever.hops == 1 or cfg.retriever.generator):
+    branches = rc.history_branches
+    if branches and (rc.hops == 1 or rc.generator):
         raise ConfigError("retriever.history_branches shares the draws of the hops before the last, so it needs "
                           "retriever.hops > 1 and retriever.generator=null; set it to 0")
     if branches and (branches < 2 or cfg.rollout.n % branches):
@@ -38,6 +40,11 @@ METHOD = register_method(Method(
     paper="HARR (Reinforcement Fine-Tuning for History-Aware Dense Retriever in RAG)",
     trains="the query encoder of a dense retriever (Plackett–Luce draws); the generator stays frozen",
     setups={"retriever": retriever_setup},
+    # Its section keeps the key it had before it was HARR's own, so recipes and runs read as before.
+    settings=RetrieverSettings,
+    settings_key="retriever",
+    ranges=RANGES,
+    writes_text=lambda settings: bool(settings.generator),
     check=check_harr_settings,
     preflight=preflight,
     plot_keys=("gold_recall", "eval/recall"),

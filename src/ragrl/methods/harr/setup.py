@@ -15,7 +15,9 @@ from ragrl.errors import ConfigError
 from ragrl.eval.harness import agent_metrics
 from ragrl.eval.retrieval import retrieval_eval
 from ragrl.methods.base import Setup
+from ragrl.methods.harr.settings import RetrieverSettings
 from ragrl.models.embedder import canonical_embedder_name, resolve_embedder
+from ragrl.models.lm_weights import resolve_policy
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.paths import resolve_kit
 from ragrl.policy.lm_model import build_policy
@@ -31,8 +33,8 @@ from ragrl.rollout.retrieval_only import run_retrieval_episodes
 log = logging.getLogger("ragrl.train")
 
 
-def retriever_setup(cfg, *, retriever=None, model_bundle=None) -> Setup:
-    rc = cfg.retriever
+def retriever_setup(cfg, *, retriever=None, model_bundle=None, settings: RetrieverSettings) -> Setup:
+    rc = settings
     dense = load_dense_backend(cfg)
     encoder = QueryEncoder(rc.encoder, lora=rc.lora, lora_r=rc.lora_r, lora_alpha=rc.lora_alpha)
     if encoder.dim != dense.dim:
@@ -146,8 +148,12 @@ def frozen_generator(cfg):
     return engine_for(cfg.model, model, tok), get_protocol(cfg.agent)
 
 
-def preflight(cfg) -> list[str]:
-    """`ragrl train --check` for a retriever policy: the encoder and the dense index it samples from."""
+def preflight(cfg, settings: RetrieverSettings) -> list[str]:
+    """`ragrl train --check` for a retriever policy: the encoder, the dense index it samples from and
+    the frozen generator, if any."""
     dense = load_dense_backend(cfg)
-    return [f"retriever.encoder: {cfg.retriever.encoder} -> {resolve_embedder(cfg.retriever.encoder)}",
-            f"dense index: {len(dense)} passages, {dense.dim}-d"]
+    lines = [f"retriever.encoder: {settings.encoder} -> {resolve_embedder(settings.encoder)}",
+             f"dense index: {len(dense)} passages, {dense.dim}-d"]
+    if settings.generator:
+        lines.append(f"retriever.generator: {settings.generator} -> {resolve_policy(settings.generator)}")
+    return lines

@@ -9,14 +9,14 @@ The selector decodes under a grammar (`SamplingParams.allowed_tokens`): only `Do
 commas and end of sequence. Where the model has one LoRA adapter per agent, each agent generates
 with its own (ragrl.models.agent_adapters); otherwise all share one.
 
-With `cfg.selector_samples` = K > 1 a pipeline branches at the selector: its rewriter output and
+With `settings.selector_samples` = K > 1 a pipeline branches at the selector: its rewriter output and
 candidates are kept, the selector samples K selections of them and the generator answers each, so
 a pipeline yields one rewriter trajectory (scored by its first branch's answer) and K selector and
 generator trajectories. The K selector samples of one pipeline share a group of their own: a group
 baseline (gae_baseline, grpo) then compares selections of the *same* candidates, which says which
 documents helped, where a group over pipelines mixes in how lucky the rewriter's retrieval was.
 
-With `cfg.generator_samples` = G > 1 each selection branches again at the generator: G answers to
+With `settings.generator_samples` = G > 1 each selection branches again at the generator: G answers to
 one prompt (the same kept documents), one group of their own, so a group baseline compares answers
 to the same context: which answer, not which documents. The rewriter and selector trajectories are
 scored by their first branch's answer, as above.
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from ragrl.engines.base import Engine, Generation, SamplingParams
 from ragrl.errors import ConfigError
+from ragrl.methods.mmoa.settings import MMOASettings
 from ragrl.methods.mmoa.protocol import (
     AGENTS,
     MMOAProtocol,
@@ -64,7 +65,7 @@ class _Pipe:
     sample: dict
     index: int                 # the question's position in `samples`
     pipeline: int = 0          # which of its cfg.n pipelines
-    selection: int = 0         # which of the pipeline's cfg.selector_samples selections
+    selection: int = 0         # which of the pipeline's settings.selector_samples selections
     subqs: list[str] = field(default_factory=list)
     docs: list[Hit] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
@@ -78,32 +79,35 @@ class _Pipe:
 
 def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriever | None, samples: list[dict],
                       cfg: RolloutConfig, *, group_offset: int = 0,
-                      budgets: MMOABudgets | None = None) -> tuple[list[Trajectory], dict[str, float]]:
-    """(1 + K x (1 + G)) x cfg.n trajectories per sample (K = cfg.selector_samples, G =
-    cfg.generator_samples): sample-major, then pipeline, then branch (its rewriter's trajectory
-    first, each selection's selector trajectory before its answers), then agent order."""
+                      budgets: MMOABudgets | None = None,
+                      settings: MMOASettings | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+    """(1 + K x (1 + G)) x cfg.n trajectories per sample (K = settings.selector_samples, G =
+    settings.generator_samples; `settings`: the recipe's `mmoa:` section, None its defaults):
+    sample-major, then pipeline, then branch (its rewriter's trajectory first, each selection's
+    selector trajectory before its answers), then agent order."""
     start = time.monotonic()   # at entry: every pipeline starts with the rollout
     deadline = episode_deadline(cfg, start, episode_start=start)
     b = budgets or MMOABudgets()
+    own = settings or MMOASettings()
     tok = engine.tokenizer
-    if not isinstance(cfg.selector_samples, int) or cfg.selector_samples < 1:
-        raise ConfigError(f"rollout.selector_samples must be an integer >= 1, got {cfg.selector_samples!r}")
-    if not isinstance(cfg.generator_samples, int) or cfg.generator_samples < 1:
-        raise ConfigError(f"rollout.generator_samples must be an integer >= 1, got {cfg.generator_samples!r}")
-    unknown = [a for a in cfg.greedy_agents if a not in AGENTS]
+    if not isinstance(own.selector_samples, int) or own.selector_samples < 1:
+        raise ConfigError(f"mmoa.selector_samples must be an integer >= 1, got {own.selector_samples!r}")
+    if not isinstance(own.generator_samples, int) or own.generator_samples < 1:
+        raise ConfigError(f"mmoa.generator_samples must be an integer >= 1, got {own.generator_samples!r}")
+    unknown = [a for a in own.greedy_agents if a not in AGENTS]
     if unknown:
-        raise ConfigError(f"rollout.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
+        raise ConfigError(f"mmoa.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
                           f"pipeline (its agents: {', '.join(AGENTS)})")
     pipes = [_Pipe(s, i, j, deadline=deadline) for i, s in enumerate(samples) for j in range(cfg.n)]
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
 
     def group(pipe: _Pipe, agent: str) -> int:
-        if agent == "selector" and cfg.selector_samples > 1:
+        if agent == "selector" and own.selector_samples > 1:
             # One group per pipeline; negative, so it never meets a (question, agent) id.
             return -1 - ((group_offset + pipe.index) * cfg.n + pipe.pipeline)
-        if agent == "generator" and cfg.generator_samples > 1:
+        if agent == "generator" and own.generator_samples > 1:
             # One group per selection, in a range of its own below the selector's.
-            return -(1 << 40) - (((group_offset + pipe.index) * cfg.n + pipe.pipeline) * cfg.selector_samples
+            return -(1 << 40) - (((group_offset + pipe.index) * cfg.n + pipe.pipeline) * own.selector_samples
                                  + pipe.selection)
         return (group_offset + pipe.index) * len(AGENTS) + AGENTS.index(agent)
 
@@ -114,7 +118,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
             for pipe in pipes:
                 pipe.timed_out = pipe.timed_out or now >= pipe.deadline
         live = [k for k, pipe in enumerate(pipes) if not pipe.timed_out]
-        temperature = 0.0 if agent in cfg.greedy_agents else cfg.temperature
+        temperature = 0.0 if agent in own.greedy_agents else cfg.temperature
         params = [SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=cfg.top_p,
                                  seed=None if cfg.seed is None else cfg.seed * 7 + AGENTS.index(agent),
                                  allowed_tokens=allowed[k] if allowed else None, deadline=pipes[k].deadline)
@@ -175,7 +179,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     pipes = [p if k == 0 else _Pipe(p.sample, p.index, p.pipeline, k, p.subqs, p.docs,
                                     penalized={"rewriter": p.penalized["rewriter"]},
                                     deadline=p.deadline, timed_out=p.timed_out)
-             for p in pipes for k in range(cfg.selector_samples)]
+             for p in pipes for k in range(own.selector_samples)]
     # 3. selector, constrained to id lists over this pipeline's documents
     generate("selector", [protocol.selector_messages(p.sample["question"], p.docs) for p in pipes],
              b.selector_tokens, allowed=[selector_grammar(tok, max(1, len(p.docs))) for p in pipes])
@@ -187,7 +191,7 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     pipes = [p if g == 0 else _Pipe(p.sample, p.index, p.pipeline, p.selection, p.subqs, p.docs, list(p.kept),
                                     penalized={a: p.penalized[a] for a in ("rewriter", "selector")},
                                     deadline=p.deadline, timed_out=p.timed_out)
-             for p in pipes for g in range(cfg.generator_samples)]
+             for p in pipes for g in range(own.generator_samples)]
     # 4. generator
     generate("generator", [protocol.generator_messages(p.sample["question"], [p.docs[i] for i in p.kept])
                            for p in pipes], b.generator_tokens)

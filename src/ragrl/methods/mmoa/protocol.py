@@ -109,7 +109,6 @@ class MMOAProtocol(TextProtocol):
     runner = "pipeline"
     answering_agent = "generator"      # whose trajectory an evaluation scores
     agents = AGENTS
-    branches = ("selector", "generator")
     stop_strings: list[str] = []
 
     def __init__(self, passage_words: int = 40):

@@ -8,15 +8,16 @@ from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, register_method
 from ragrl.methods.smartrag.protocol import SmartRAGProtocol
 from ragrl.methods.smartrag.reward import smartrag_reward
+from ragrl.methods.smartrag.settings import MOVED_KEYS, SmartRAGSettings
 from ragrl.methods.smartrag.sft import smartrag_episodes
 from ragrl.rewards.registry import make_reward
 
 
-def check_smartrag_settings(cfg) -> None:
-    """`sft.known_if` is read by SmartRAG's builder alone; its reward already charges retrievals."""
-    if cfg.sft.known_if != "em" and cfg.sft.builder != "smartrag":
-        raise ConfigError(f"sft.known_if={cfg.sft.known_if} is read only by sft.builder=smartrag (the builder is "
-                          f"{cfg.sft.builder}); drop it or set sft.builder=smartrag")
+def check_smartrag_settings(cfg, settings: SmartRAGSettings) -> None:
+    """`smartrag.known_if` is read by SmartRAG's builder alone; its reward already charges retrievals."""
+    if settings.known_if != "em" and cfg.sft.builder != "smartrag":
+        raise ConfigError(f"smartrag.known_if={settings.known_if} is read only by sft.builder=smartrag (the builder "
+                          f"is {cfg.sft.builder}); drop it or set sft.builder=smartrag")
     for start, spec in (cfg.reward_schedule or [[0, cfg.reward]]):
         names = {t.name for t in make_reward(spec).terms}
         if {"smartrag", "search_cost"} <= names:
@@ -40,6 +41,8 @@ METHOD = register_method(Method(
     rewards={"smartrag": smartrag_reward},
     answer_rewards=("smartrag",),
     sft_builders={"smartrag": smartrag_episodes},
+    settings=SmartRAGSettings,
+    moved_keys=MOVED_KEYS,
     check=check_smartrag_settings,
     retrieval_cost=smartrag_cost,
     recipes=("smartrag_ppo",),

@@ -6,7 +6,7 @@ episode answers at once (with the gold answer); otherwise the target searches wi
 documents: the gold passages are put into the results when the question lists them, and an
 episode whose answer is not visible in its documents is dropped (it would teach guessing).
 
-"Right" is exact match by default (`sft.known_if: em`). A small model answers in sentences, so
+"Right" is exact match by default (`smartrag.known_if: em`). A small model answers in sentences, so
 EM finds nothing it knows (SmolLM2-135M: 0 of 300); `known_if: cover_em` counts a gold answer said
 inside the sentence, unless that answer is already in the question (else "What is the capital of
 Waupaca County?" -> "Waupaca County is ..." would count as knowing "Waupaca").
@@ -88,7 +88,7 @@ def smartrag_episodes(cfg, model, tok, retriever) -> list[Trajectory]:
     passages = {pid: Hit(pid, corpus.titles[i], corpus.texts[i], 0.0) for pid in wanted
                 if (i := corpus.row(pid)) is not None}
     model.eval()
-    known = closed_book_right(engine_for(cfg.model, model, tok), samples, cfg.seed, cfg.sft.known_if)
+    known = closed_book_right(engine_for(cfg.model, model, tok), samples, cfg.seed, cfg.smartrag.known_if)
     trajs, counts = smartrag_targets(tok, get_protocol(cfg.agent), samples, known, retriever, passages,
                                      cfg.rollout, cfg.seed)
     log.info("SmartRAG SFT: %d answer directly (right closed-book), %d search, %d dropped (answer not in "
