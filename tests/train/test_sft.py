@@ -91,7 +91,8 @@ def test_direct_episode_answers_at_once_and_parses(smollm2_policy, agent):
 def test_warm_start_mixes_in_direct_episodes(smollm2_policy, demo_bm25_dir):
     """sft.direct_frac of the episodes answer without searching; a bad fraction is refused."""
     from ragrl.errors import ConfigError
-    from ragrl.train.recipe import load_train_config, warm_start_episodes
+    from ragrl.methods.synthetic import warm_start_episodes
+    from ragrl.train.recipe import load_train_config
 
     _, tok = smollm2_policy
     retriever = make_retriever(str(demo_bm25_dir))

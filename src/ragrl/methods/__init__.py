@@ -10,7 +10,9 @@
 | MMOA-RAG    | methods/mmoa/          | three agents of one LM (MAPPO)          |
 | HARR        | methods/harr/          | the query encoder (GRPO, PPO)           |
 """
+from ragrl.methods import lm_setup, synthetic  # noqa: F401  (the core's `lm` setup and `gold_search` builder)
 from ragrl.methods import harr, mmoa, r1_searcher, rag_r1, search_r1, smartrag  # noqa: F401  (registers them)
-from ragrl.methods.base import METHODS, Method, Setup, register_method, unregister_method
+from ragrl.methods.base import (METHODS, POLICY_SETUPS, SFT_BUILDERS, Method, Setup, register_method,
+                                unregister_method)
 
-__all__ = ["METHODS", "Method", "Setup", "register_method", "unregister_method"]
+__all__ = ["METHODS", "POLICY_SETUPS", "SFT_BUILDERS", "Method", "Setup", "register_method", "unregister_method"]

@@ -103,6 +103,12 @@ class Method:
 
 
 METHODS: Registry[Method] = Registry("method")
+# `sft.builder` names -> (cfg, model, tokenizer, retriever) -> warm-start trajectories: the core's
+# `gold_search` (ragrl.methods.synthetic) and what each method adds.
+SFT_BUILDERS: Registry[Callable] = Registry("SFT builder")
+# `policy` names -> (cfg, *, retriever, model_bundle, settings) -> Setup: the core's `lm`
+# (ragrl.methods.lm_setup) and what each method adds (HARR's `retriever`).
+POLICY_SETUPS: Registry[Callable] = Registry("policy setup")
 
 
 @dataclass
@@ -133,9 +139,10 @@ def register_method(method: Method) -> Method:
     """Put the method's parts into the core's registries; returns the method (for module constants).
 
     Names must be new: a second method may not silently replace a protocol, reward, SFT builder or
-    policy setup of another (nor the core's `gold_search` builder or `lm` setup)."""
-    for kind, names, taken in (("SFT builder", method.sft_builders, {"gold_search", *sft_builders()}),
-                               ("policy setup", method.setups, {"lm", *setups()}),
+    policy setup of another (nor the core's `gold_search` builder or `lm` setup). Checked before
+    anything is registered, so a refused method leaves no part behind."""
+    for kind, names, taken in (("SFT builder", method.sft_builders, SFT_BUILDERS.registered()),
+                               ("policy setup", method.setups, POLICY_SETUPS.registered()),
                                ("settings section", [method.section] if method.section else [],
                                 {m.section for m in METHODS.values()})):
         clash = sorted(set(names) & taken)
@@ -155,6 +162,10 @@ def register_method(method: Method) -> Method:
         ADVANTAGE_ESTIMATORS.register(name, estimator)
     for name, loss in method.policy_losses.items():
         POLICY_LOSSES.register(name, loss)
+    for name, builder in method.sft_builders.items():
+        SFT_BUILDERS.register(name, builder)
+    for name, setup in method.setups.items():
+        POLICY_SETUPS.register(name, setup)
     if method.default_text_protocol:
         set_default_text_protocol(method.protocols[0].name)
     METHODS.register(method.name, method)
@@ -171,7 +182,8 @@ def unregister_method(name: str) -> None:
         PROTOCOLS.unregister(protocol.name)
     for registry, names in ((RUNNERS, method.runners), (REWARDS, method.rewards),
                             (REWARD_CHECKS, method.reward_checks), (ADVANTAGE_ESTIMATORS, method.estimators),
-                            (POLICY_LOSSES, method.policy_losses)):
+                            (POLICY_LOSSES, method.policy_losses), (SFT_BUILDERS, method.sft_builders),
+                            (POLICY_SETUPS, method.setups)):
         for n in names:
             registry.unregister(n)
 
@@ -206,13 +218,3 @@ def runner_settings(cfg, runner: str, evaluation: bool = False) -> Any:
 def answer_rewards() -> set[str]:
     """The rewards that score a generated answer: the core's and every method's."""
     return set(ANSWER_REWARDS) | {r for m in METHODS.values() for r in m.answer_rewards}
-
-
-def sft_builders() -> dict[str, Callable]:
-    """Every method's SFT builders, by `sft.builder` name."""
-    return {name: b for m in METHODS.values() for name, b in m.sft_builders.items()}
-
-
-def setups() -> dict[str, Callable]:
-    """Every method's policy setups, by `policy` name."""
-    return {name: s for m in METHODS.values() for name, s in m.setups.items()}

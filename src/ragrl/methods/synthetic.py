@@ -8,13 +8,21 @@ the next gold title, then answer. They are built with the same token-level layou
 """
 from __future__ import annotations
 
+import logging
 import random
 
+from ragrl.datasets import load_questions
+from ragrl.errors import ConfigError
+from ragrl.methods.base import SFT_BUILDERS
 from ragrl.retrieval.base import Hit, Retriever
+from ragrl.retrieval.corpus import load_corpus
+from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.qa import normalize_answer
 from ragrl.rollout.multi_turn import RolloutConfig, build_observation, prompt_ids
-from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol
+from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol, get_protocol
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
+
+log = logging.getLogger("ragrl.train")
 
 READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its open <think>
 
@@ -147,3 +155,38 @@ def answer_visible(traj: Trajectory) -> bool:
     seen = normalize_answer(" ".join(t.observation for t in traj.turns))
     golds = [normalize_answer(g) for g in traj.golds]
     return any(g in ("yes", "no") or (g and f" {g} " in f" {seen} ") for g in golds)
+
+
+def corpus_passages(index: str | None, corpus: str | None) -> dict[str, Hit]:
+    """Every passage of the run's corpus by id (the gold passages' titles are read from it)."""
+    c = load_corpus(corpus_of(index, corpus))
+    return {c.ids[i]: Hit(c.ids[i], c.titles[i], c.texts[i], 0.0) for i in range(len(c))}
+
+
+def warm_start_episodes(cfg, tok, retriever) -> list:
+    """The `gold_search` SFT episodes: gold search episodes whose answer the observations show, plus
+    `sft.direct_frac` of episodes that answer at once (questions drawn at random)."""
+    frac = cfg.sft.direct_frac
+    if not 0.0 <= frac < 1.0:
+        raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
+    passages = corpus_passages(cfg.data.index, cfg.data.corpus)
+    protocol = get_protocol(cfg.agent)
+    rng = random.Random(cfg.seed)
+    samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
+    if not samples:
+        raise ConfigError(f"SFT needs training questions with gold_passage_ids; {cfg.data.train} has none "
+                          "(add them, or --set sft.steps=0 to start RL from the base model)")
+    trajs = [synth_trajectory(tok, protocol, s, retriever, passages, cfg.rollout, rng) for s in samples]
+    # Teach copying, not guessing: keep episodes whose answer is visible in what was retrieved.
+    kept = [t for t in trajs if answer_visible(t)]
+    log.info("SFT: %d of %d synthesised episodes show their answer in the observations", len(kept), len(trajs))
+    trajs = kept or trajs
+    n_direct = min(len(samples), round(frac * len(trajs) / (1.0 - frac)))
+    if n_direct:
+        trajs = trajs + [direct_trajectory(tok, protocol, s) for s in rng.sample(samples, n_direct)]
+        log.info("SFT: %d of %d episodes answer without searching", n_direct, len(trajs))
+    return trajs
+
+
+# The core's warm start, registered like a method's (`sft.builder: gold_search`, the default).
+SFT_BUILDERS.register("gold_search", lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever))

@@ -17,7 +17,7 @@ from ragrl.algos.losses import AGG_MODES
 from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 import ragrl.methods  # noqa: F401  (registers the methods, whose settings sections TrainConfig carries)
 from ragrl.errors import ConfigError
-from ragrl.methods.base import METHODS, Method, setups, sft_builders
+from ragrl.methods.base import METHODS, POLICY_SETUPS, SFT_BUILDERS, Method
 from ragrl.policy.model_config import ModelConfig
 from ragrl.rollout.multi_turn import RolloutConfig
 from ragrl.rollout.protocol import PROTOCOLS, default_text_protocol
@@ -32,9 +32,9 @@ PolicyLoss = Annotated[str, Choice(lambda: list(POLICY_LOSSES))]
 LossAggregation = Annotated[str, Choice(lambda: list(AGG_MODES))]
 KLKind = Annotated[str, Choice(lambda: list(KL_KINDS))]
 KLController = Annotated[str, Choice(lambda: list(KL_CONTROLLERS))]
-SFTBuilder = Annotated[str, Choice(lambda: ["gold_search", *sft_builders()])]   # gold_search: the core's
+SFTBuilder = Annotated[str, Choice(SFT_BUILDERS.names)]
 ProtocolName = Annotated[str, Choice(PROTOCOLS.names)]
-PolicyKind = Annotated[str, Choice(lambda: ["lm", *setups()])]                  # lm: the core's
+PolicyKind = Annotated[str, Choice(POLICY_SETUPS.names)]
 
 
 @dataclass

@@ -13,19 +13,11 @@ import random
 
 import torch
 
-from ragrl.methods.synthetic import expert_trajectory
+from ragrl.methods.synthetic import corpus_passages, expert_trajectory
 from ragrl.retrieval.base import Hit, Retriever
-from ragrl.retrieval.corpus import load_corpus
-from ragrl.retrieval.resolve import corpus_of
 from ragrl.rollout.multi_turn import RolloutConfig
 from ragrl.rollout.protocol import TextProtocol, get_protocol
 from ragrl.rollout.trajectory import Trajectory
-
-
-def corpus_passages(index: str | None, corpus: str | None) -> dict[str, Hit]:
-    """Every passage of the run's corpus by id (the gold passages' titles are read from it)."""
-    c = load_corpus(corpus_of(index, corpus))
-    return {c.ids[i]: Hit(c.ids[i], c.titles[i], c.texts[i], 0.0) for i in range(len(c))}
 
 
 def expert_episodes(tok, protocol: TextProtocol, samples: list[dict], trajs: list[Trajectory],

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
-from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
-from ragrl.methods.base import METHODS, sft_builders
-from ragrl.methods.synthetic import answer_visible, direct_trajectory, synth_trajectory
+from ragrl.methods.base import METHODS, SFT_BUILDERS
 from ragrl.policy.lm_model import build_policy, freeze_reference
-from ragrl.rollout.protocol import get_protocol
 from ragrl.train.check import check_combinations
 from ragrl.train.config import TrainConfig, load_train_file
 from ragrl.train.distributed import close_distributed, dist_info
-from ragrl.train.experts import corpus_passages
 from ragrl.train.progress import sft_progress
 from ragrl.train.rng import seed_everything
 from ragrl.train.run_dir import prepare_run_dir, record_stage, setup_file_logging
@@ -86,12 +81,6 @@ def load_train_config(recipe: str | None, overrides: list[str], variant: str | N
     return cfg
 
 
-def all_sft_builders() -> dict:
-    """SFT warm-start builders by `sft.builder` name: the core's `gold_search` and every method's."""
-    return {"gold_search": lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever),
-            **sft_builders()}
-
-
 def sft_policy(cfg: TrainConfig):
     """(model, tokenizer, value head) the SFT warm start trains: built right after seeding with
     `cfg.seed`, so its LoRA initialisation (random A matrices) is the same on every run of a recipe,
@@ -103,7 +92,7 @@ def sft_policy(cfg: TrainConfig):
 
 def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progress=None):
     """Build the warm-start episodes with the recipe's builder and fit the adapter on them."""
-    trajs = all_sft_builders()[cfg.sft.builder](cfg, model, tok, retriever)
+    trajs = SFT_BUILDERS[cfg.sft.builder](cfg, model, tok, retriever)
     fit = [t for t in trajs if len(t.token_ids) <= cfg.sft.max_len]
     if len(fit) < len(trajs):
         log.info("SFT: %d of %d episodes are longer than sft.max_len=%d tokens and are left out",
@@ -117,31 +106,6 @@ def sft_warm_start(cfg: TrainConfig, model, tok, retriever, out_dir: Path, progr
              result.seconds)
     freeze_reference(model)   # RL that follows measures its KL against this warm-started policy
     return result
-
-
-def warm_start_episodes(cfg: TrainConfig, tok, retriever) -> list:
-    """The `gold_search` SFT episodes: gold search episodes whose answer the observations show, plus
-    `sft.direct_frac` of episodes that answer at once (questions drawn at random)."""
-    frac = cfg.sft.direct_frac
-    if not 0.0 <= frac < 1.0:
-        raise ConfigError(f"sft.direct_frac must be in [0, 1), got {frac!r}")
-    passages = corpus_passages(cfg.data.index, cfg.data.corpus)
-    protocol = get_protocol(cfg.agent)
-    rng = random.Random(cfg.seed)
-    samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
-    if not samples:
-        raise ConfigError(f"SFT needs training questions with gold_passage_ids; {cfg.data.train} has none "
-                          "(add them, or --set sft.steps=0 to start RL from the base model)")
-    trajs = [synth_trajectory(tok, protocol, s, retriever, passages, cfg.rollout, rng) for s in samples]
-    # Teach copying, not guessing: keep episodes whose answer is visible in what was retrieved.
-    kept = [t for t in trajs if answer_visible(t)]
-    log.info("SFT: %d of %d synthesised episodes show their answer in the observations", len(kept), len(trajs))
-    trajs = kept or trajs
-    n_direct = min(len(samples), round(frac * len(trajs) / (1.0 - frac)))
-    if n_direct:
-        trajs = trajs + [direct_trajectory(tok, protocol, s) for s in rng.sample(samples, n_direct)]
-        log.info("SFT: %d of %d episodes answer without searching", n_direct, len(trajs))
-    return trajs
 
 
 def launch_rank() -> int:
