@@ -85,20 +85,21 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.config import TrainConfig  # late: keeps `ragrl --help` instant
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
-        from ragrl.compare.runs import find_artifact, load_run_config  # late: keeps `ragrl --help` instant
-        from ragrl.methods.base import method_for, settings_of  # late: keeps `ragrl --help` instant
+        from ragrl.compare.runs import read_run  # late: keeps `ragrl --help` instant
+        from ragrl.methods.base import settings_of  # late: keeps `ragrl --help` instant
 
-        trained = load_run_config(run) if run is not None else None
-        # How the run is evaluated is its method record's to say (a retriever feeding a reader: HARR's).
-        method = method_for(trained.agent, trained.policy) if trained is not None else None
-        retriever_run = method is not None and method.evaluation == "retriever"
-        rc = settings_of(trained, method) if retriever_run else None   # its encoder, hops and history
+        # The run as `ragrl compare` resolves it: its config, method record and trained artifact. How it
+        # is evaluated is the record's to say (a retriever feeding a reader: HARR's).
+        record = read_run(run, with_start=False) if run is not None else None
+        trained = record.cfg if record is not None else None
+        retriever_run = record is not None and record.evaluation == "retriever"
+        rc = settings_of(trained, record.method) if retriever_run else None   # its encoder, hops and history
         rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
         agent = agent or (trained.agent if trained else "search_r1")
         model = model or (trained.model.name if trained else "smollm2-135m-instruct")
         if trained is not None:
-            adapter = adapter or find_artifact(run, "adapter")
-            query_encoder = query_encoder or (find_artifact(run, "encoder") if retriever_run else None)
+            adapter = adapter or (None if retriever_run else record.trained)
+            query_encoder = query_encoder or (record.trained if retriever_run else None)
             if index is None and trained.data.index:
                 index = trained.data.index
             if index is None and retriever_run:

@@ -94,8 +94,10 @@ def _start_adapter(run: Path, cfg: TrainConfig) -> Path | None:
                       "run `ragrl compare` from the folder the run was trained in")
 
 
-def read_run(path: Path) -> RunRecord:
-    """A run folder as the comparison needs it; refuses a run with nothing trained to evaluate."""
+def read_run(path: Path, with_start: bool = True) -> RunRecord:
+    """A run folder as every evaluation resolves it (`ragrl compare`, `ragrl eval --run`): its config,
+    its method record and how that evaluates it, its trained artifact and, `with_start`, the adapter
+    it started from. Refuses a run with nothing trained to evaluate."""
     path = Path(path)
     cfg = load_run_config(path)
     method = method_for(cfg.agent, cfg.policy)
@@ -105,7 +107,7 @@ def read_run(path: Path) -> RunRecord:
     if trained is None:
         raise ConfigError(f"{path} has no best_{kind} or final_{kind}: the run has not finished "
                           f"(`ragrl train ... --resume` ends it)")
-    start = None if evaluation == "retriever" else _start_adapter(path, cfg)
+    start = None if evaluation == "retriever" or not with_start else _start_adapter(path, cfg)
     if evaluation == "retriever":    # its index is its policy's: only the corpus is shared
         search = corpus_setting(cfg.data.corpus, cfg.data.index)
         search = SearchSetting(search.corpus, search.corpus_sha256, "dense",

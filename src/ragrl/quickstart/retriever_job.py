@@ -40,11 +40,9 @@ from ragrl.eval.retriever_view import ROWS_FILE, retrieval_rows, write_retrieval
 from ragrl.eval.stats import ci_record, paired_record
 from ragrl.eval.viewer import write_view
 from ragrl.methods.base import method_for, settings_of
-from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.lm_model import build_policy
 from ragrl.policy.model_config import engine_for
 from ragrl.quickstart.agent_job import fresh_run_config, say_if_cut
-from ragrl.retrieval.stochastic import multi_hop_searcher
 from ragrl.train.run_dir import read_metrics
 from ragrl.train.trackers import report_files
 from ragrl.train.trainer import Trainer
@@ -117,11 +115,13 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     console.print("1/5 dense index of the data kit's corpus (precomputed MiniLM vectors), query encoder, test sets")
     tests = {name: qs[:held_out_n] for name, qs in load_held_out(test_sets).items()}
     trainer = Trainer(cfg)
-    rc = settings_of(cfg, method_for(cfg.agent, cfg.policy))   # the retriever policy's own settings
+    method = method_for(cfg.agent, cfg.policy)
+    rc = settings_of(cfg, method)   # the retriever policy's own settings
     dense = trainer.setup.extras["sampler"].index
-    # The starting point searches exactly as the trained encoder will: the same hops, history and
-    # passages per hop; only the encoder differs (the index's own, frozen).
-    base_search = multi_hop_searcher(dense, QueryEncoder(rc.encoder), rc)
+    # The starting point searches exactly as the trained encoder will, and as `ragrl compare` and
+    # `ragrl eval --run` evaluate a retriever run (its method record's eval_retriever): the same hops,
+    # history and passages per hop; only the encoder differs (the index's own, frozen).
+    base_search = method.eval_retriever(cfg, None).searcher(rc.hops)
     k, hop_size = cfg.rollout.topk * rc.hops, (cfg.rollout.topk if rc.hops > 1 else None)
     console.print(f"    {len(dense)} passages; {rc.hops} hop(s) of {cfg.rollout.topk} passages"
                   + (" with HARR's history" if rc.hops > 1 and rc.history else "") + f", the reader is given {k}; test: "
@@ -153,7 +153,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                   + (f"the encoder of step {best['step']} ({cfg.data.eval} {best['metric']} {best['value']:.1f})" if best else "the final encoder"))
 
     console.print("4/5 held-out evaluation with the trained encoder")
-    trained_search = multi_hop_searcher(dense, QueryEncoder(str(kept)), rc)
+    trained_search = method.eval_retriever(cfg, kept).searcher(rc.hops)
     report: dict = {"settings": {"corpus": "data kit corpus/wiki_passages (51,185 passages)", "index": "dense MiniLM, faiss flat",
                                  "k": k, "hops": rc.hops, "history": rc.history, "train": cfg.data.train, "dev (held apart)": cfg.data.eval,
                                  "steps": cfg.steps, "steps_trained": len(rows), "cut_by_time_bound": cut is not None,
