@@ -355,14 +355,22 @@ _ANNOUNCED: set[str] = set()
 
 def migrate_moved_keys(data: dict) -> dict:
     """A merged recipe or run config with each method's moved keys (`Method.moved_keys`) under their
-    new names, each announced once a process as deprecated: old recipes and old runs' config.yaml
-    still load."""
+    new names: old recipes and old runs' config.yaml still load. An old key set away from its default
+    is announced once a process as deprecated (a run's config.yaml written before the move holds every
+    key at its default: that is said in the log only, not on the console)."""
     for method in METHODS.values():
         for old, new in method.moved_keys.items():
-            if move_key(data, old, f"{method.section}.{new}") and old not in _ANNOUNCED:
-                _ANNOUNCED.add(old)
-                log.warning("config key '%s' is deprecated: it is now '%s.%s' (%s's own settings); the old "
-                            "key is read as the new one for now", old, method.section, new, method.name)
+            if not move_key(data, old, f"{method.section}.{new}") or old in _ANNOUNCED:
+                continue
+            value = data[method.section][new]
+            value = getattr(value, "value", value)   # a --set override keeps its text beside its value
+            default = getattr(method.settings(), new)
+            if value == default or (isinstance(default, list) and value in ([], ())):
+                log.debug("config key '%s' (at its default) is read as '%s.%s'", old, method.section, new)
+                continue
+            _ANNOUNCED.add(old)
+            log.warning("config key '%s' is deprecated: it is now '%s.%s' (%s's own settings); the old key is "
+                        "read as the new one for now", old, method.section, new, method.name)
     return data
 
 
