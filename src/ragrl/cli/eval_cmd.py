@@ -86,7 +86,8 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
         from ragrl.compare.runs import read_run  # late: keeps `ragrl --help` instant
-        from ragrl.methods.base import settings_of  # late: keeps `ragrl --help` instant
+        from ragrl.methods.base import runner_settings, settings_of  # late: keeps `ragrl --help` instant
+        from ragrl.rollout.protocol import default_text_protocol, get_protocol  # late: keeps `ragrl --help` instant
 
         # The run as `ragrl compare` resolves it: its config, method record and trained artifact. How it
         # is evaluated is the record's to say (a retriever feeding a reader: HARR's).
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         retriever_run = record is not None and record.evaluation == "retriever"
         rc = settings_of(trained, record.method) if retriever_run else None   # its encoder, hops and history
         rollout = replace(trained.rollout, temperature=0.0, n=1) if trained else RolloutConfig(temperature=0.0)
-        agent = agent or (trained.agent if trained else "search_r1")
+        agent = agent or (trained.agent if trained else default_text_protocol())
         model = model or (trained.model.name if trained else "smollm2-135m-instruct")
         if trained is not None:
             adapter = adapter or (None if retriever_run else record.trained)
@@ -179,7 +180,6 @@ def register(app: typer.Typer) -> None:
                                             compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:
             from ragrl.engines.threshold import ThresholdDecisionEngine  # late: as above
-            from ragrl.rollout.protocol import get_protocol  # late: keeps `ragrl --help` instant
 
             proto = get_protocol(agent)
             if getattr(proto, "think", True) is not None:
@@ -187,9 +187,6 @@ def register(app: typer.Typer) -> None:
                                          "a threshold on the action needs a protocol like smartrag", param_hint="--search-threshold")
             # only the agent decides by threshold; the baselines keep the plain engine
             agent_engine = ThresholdDecisionEngine(engine, proto.query[0], proto.answer[0], search_threshold)
-        from ragrl.methods.base import runner_settings  # late: keeps `ragrl --help` instant
-        from ragrl.rollout.protocol import get_protocol  # late: keeps `ragrl --help` instant
-
         # a run's own runner settings (MMOA-RAG's), at their evaluation values; without a run, the defaults
         own = runner_settings(trained, get_protocol(agent).runner, evaluation=True) if trained else None
         cfg = EvalConfig(agent=agent, systems=chosen, n=len(samples), batch_size=batch_size, topk=topk, seed=seed,
