@@ -9,7 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 import ragrl.policy.lm_model
+import ragrl.methods.synthetic
+import ragrl.train.check
 import ragrl.train.recipe
+import ragrl.train.trainer
 from ragrl.cli.main import app, main
 from ragrl.train.recipe import load_train_config
 
@@ -34,7 +37,8 @@ def nothing_loads(monkeypatch):
     monkeypatch.setattr(ragrl.train.recipe, "run_recipe", refuse)
     monkeypatch.setattr(ragrl.policy.lm_model, "build_policy", refuse)
     monkeypatch.setattr(ragrl.policy.lm_model, "load_policy", refuse)
-    monkeypatch.setattr(ragrl.train.recipe, "load_questions", refuse)
+    for module in (ragrl.train.trainer, ragrl.train.check, ragrl.methods.synthetic):   # every reader of questions
+        monkeypatch.setattr(module, "load_questions", refuse)
 
 
 def test_explain_one_key_gives_the_variants_value_default_allowed_values_and_help(nothing_loads):

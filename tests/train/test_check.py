@@ -47,7 +47,9 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.estimator=gae", "critic_warmup=5", "steps=5"], "critic_warmup must be between 1 and steps - 1"),
     (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
     (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),
-    (["retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),
+    (["policy=retriever", "retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),
+    # HARR's section set in another method's run would be ignored
+    (["retriever.hops=2"], "retriever.hops is a setting of HARR, read by its runs only, and this run is search_r1"),
     # the tiny variant's warm start teaches a quarter of direct answers, which a forced search forbids
     (["rollout.first_action=search"], "sft.direct_frac=0.25 teaches answers without a search"),
     (["rollout.first_action=search", "sft.direct_frac=0", "agent=mmoa"], "agent 'mmoa' .* has no multi-turn search"),
