@@ -79,9 +79,9 @@ class Registry(Mapping[str, V], Generic[V]):
     def get(self, name: str, default=None):
         return self._entries.get(name, default) if name in self else default
 
-    def registered(self) -> set[str]:
-        """The names registered so far, without loading the plugins (for a plugin registering itself)."""
-        return set(self._entries)
+    def registered(self) -> dict[str, V]:
+        """The entries registered so far, without loading the plugins (for a plugin registering itself)."""
+        return dict(self._entries)
 
     def names(self) -> list[str]:
         """Every registered name, sorted."""

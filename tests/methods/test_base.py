@@ -147,6 +147,11 @@ def test_a_second_method_may_not_take_a_registered_name(seventh_method):
         register_method(Method(name="other", paper="", trains="", sft_builders={"gold_search": print}))
     with pytest.raises(ConfigError, match="policy setup 'retriever' is registered twice"):
         register_method(Method(name="other", paper="", trains="", setups={"retriever": print}))
+    # every part is checked before any is registered: a refused method leaves no part behind
+    fresh = type("Fresh", (AskProtocol,), {"name": "fresh_protocol"})
+    with pytest.raises(ConfigError, match="reward 'short_f1' is registered twice"):
+        register_method(Method(name="other", paper="", trains="", protocols=(fresh,), rewards={"short_f1": print}))
+    assert "fresh_protocol" not in PROTOCOLS
     assert METHODS["ask_say"] is seventh_method and "other" not in METHODS
 
 

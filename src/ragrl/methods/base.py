@@ -135,37 +135,33 @@ class Setup:
     extras: dict = field(default_factory=dict)   # the engine, retriever, sampler... for callers
 
 
+def _parts(method: Method) -> list[tuple[Registry, Mapping[str, Any]]]:
+    """Each core registry the method fills, with what it puts there (name -> entry)."""
+    return [(PROTOCOLS, {p.name: p for p in method.protocols}), (RUNNERS, method.runners),
+            (REWARDS, method.rewards), (REWARD_CHECKS, method.reward_checks),
+            (ADVANTAGE_ESTIMATORS, method.estimators), (POLICY_LOSSES, method.policy_losses),
+            (SFT_BUILDERS, method.sft_builders), (POLICY_SETUPS, method.setups)]
+
+
 def register_method(method: Method) -> Method:
     """Put the method's parts into the core's registries; returns the method (for module constants).
 
-    Names must be new: a second method may not silently replace a protocol, reward, SFT builder or
-    policy setup of another (nor the core's `gold_search` builder or `lm` setup). Checked before
-    anything is registered, so a refused method leaves no part behind."""
-    for kind, names, taken in (("SFT builder", method.sft_builders, SFT_BUILDERS.registered()),
-                               ("policy setup", method.setups, POLICY_SETUPS.registered()),
-                               ("settings section", [method.section] if method.section else [],
-                                {m.section for m in METHODS.values()})):
-        clash = sorted(set(names) & taken)
+    Names must be new: a second method may not silently replace a protocol, reward, SFT builder,
+    policy setup or settings section of another (nor the core's `gold_search` builder or `lm` setup).
+    Every part is checked before any is registered, so a refused method leaves no part behind."""
+    for registry, entries in _parts(method):
+        taken = registry.registered()
+        clash = sorted(name for name, entry in entries.items() if name in taken and taken[name] is not entry)
         if clash:
-            raise ConfigError(f"{kind} {clash[0]!r} is registered twice")
+            raise ConfigError(f"{registry.what} {clash[0]!r} is registered twice")
+    owner = next((m for m in METHODS.values() if method.section and m.section == method.section), method)
+    if owner is not method:
+        raise ConfigError(f"settings section {method.section!r} is registered twice")
     if method.settings is not None and not dataclasses.is_dataclass(method.settings):
         raise ConfigError(f"method {method.name}: settings must be a dataclass, got {method.settings!r}")
-    for protocol in method.protocols:
-        PROTOCOLS.register(protocol.name, protocol)
-    for name, runner in method.runners.items():
-        RUNNERS.register(name, runner)
-    for name, reward in method.rewards.items():
-        REWARDS.register(name, reward)
-    for name, check in method.reward_checks.items():
-        REWARD_CHECKS.register(name, check)
-    for name, estimator in method.estimators.items():
-        ADVANTAGE_ESTIMATORS.register(name, estimator)
-    for name, loss in method.policy_losses.items():
-        POLICY_LOSSES.register(name, loss)
-    for name, builder in method.sft_builders.items():
-        SFT_BUILDERS.register(name, builder)
-    for name, setup in method.setups.items():
-        POLICY_SETUPS.register(name, setup)
+    for registry, entries in _parts(method):
+        for name, entry in entries.items():
+            registry.register(name, entry)
     if method.default_text_protocol:
         set_default_text_protocol(method.protocols[0].name)
     METHODS.register(method.name, method)
@@ -178,13 +174,8 @@ def unregister_method(name: str) -> None:
     if method is None:
         return
     METHODS.unregister(name)
-    for protocol in method.protocols:
-        PROTOCOLS.unregister(protocol.name)
-    for registry, names in ((RUNNERS, method.runners), (REWARDS, method.rewards),
-                            (REWARD_CHECKS, method.reward_checks), (ADVANTAGE_ESTIMATORS, method.estimators),
-                            (POLICY_LOSSES, method.policy_losses), (SFT_BUILDERS, method.sft_builders),
-                            (POLICY_SETUPS, method.setups)):
-        for n in names:
+    for registry, entries in _parts(method):
+        for n in entries:
             registry.unregister(n)
 
 
