@@ -521,7 +521,7 @@ def test_agent_settings_that_cannot_apply_are_refused():
         check_combinations(load_train_config("search_r1_grpo", ["mmoa.generator_samples=3"], variant="tiny"))
     with pytest.raises(ConfigError, match="mmoa.generator_samples must be an integer >= 1, got 0"):
         check_combinations(load_train_config("mmoa_mappo", ["mmoa.generator_samples=0"], variant="tiny"))
-    with pytest.raises(ConfigError, match="mmoa.greedy_agents: 'retriever' is not an agent of the MMOA-RAG pipeline"):
+    with pytest.raises(ConfigError, match="mmoa.greedy_agents: 'retriever' is not an agent of the MMOA pipeline"):
         check_combinations(load_train_config("mmoa_mappo", ["mmoa.greedy_agents=[retriever]"], variant="tiny"))
     with pytest.raises(ConfigError, match="mmoa.greedy_agents is a setting of MMOA-RAG"):
         check_combinations(load_train_config("search_r1_grpo", ["mmoa.greedy_agents=[generator]"], variant="tiny"))

@@ -2,12 +2,11 @@
 generator as cooperating agents of one LM, trained jointly with MAPPO (SFT warm start first)."""
 from __future__ import annotations
 
-from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, register_method
 from ragrl.methods.mmoa.pipeline import run_mmoa_episodes
-from ragrl.methods.mmoa.protocol import AGENTS, MMOAProtocol, selector_f1
+from ragrl.methods.mmoa.protocol import MMOAProtocol, selector_f1
 from ragrl.methods.mmoa.reward import check_mmoa_options, mmoa_reward
-from ragrl.methods.mmoa.settings import MOVED_KEYS, MMOASettings, evaluation_settings
+from ragrl.methods.mmoa.settings import MOVED_KEYS, MMOASettings, check_settings, evaluation_settings
 from ragrl.methods.mmoa.sft import mmoa_episodes
 
 
@@ -18,18 +17,6 @@ def selector_metrics(trajs: list) -> dict:
         return {}
     return {"selector_f1": 100 * sum(selector_f1(t.metrics) for t in trajs) / len(trajs),
             "selector_kept": sum(len(t.metrics["selected"]) for t in trajs) / len(trajs)}
-
-
-def check_mmoa_settings(cfg, settings: MMOASettings) -> None:
-    """Branching counts are integers >= 1, and the agents it names are the pipeline's."""
-    for name in ("selector_samples", "generator_samples"):
-        k = getattr(settings, name)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"mmoa.{name} must be an integer >= 1, got {k!r}")
-    unknown = [a for a in settings.greedy_agents if a not in AGENTS]
-    if unknown:
-        raise ConfigError(f"mmoa.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA-RAG "
-                          f"pipeline (its agents: {', '.join(AGENTS)})")
 
 
 METHOD = register_method(Method(
@@ -45,7 +32,7 @@ METHOD = register_method(Method(
     settings=MMOASettings,
     moved_keys=MOVED_KEYS,
     evaluation_settings=evaluation_settings,
-    check=check_mmoa_settings,
+    check=lambda cfg, settings: check_settings(settings),
     eval_metrics=selector_metrics,
     plot_keys=("eval/selector_f1",),
     evaluation="pipeline",

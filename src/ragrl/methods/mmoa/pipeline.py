@@ -34,8 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from ragrl.engines.base import Engine, Generation, SamplingParams
-from ragrl.errors import ConfigError
-from ragrl.methods.mmoa.settings import MMOASettings
+from ragrl.methods.mmoa.settings import MMOASettings, check_settings
 from ragrl.methods.mmoa.protocol import (
     AGENTS,
     MMOAProtocol,
@@ -89,15 +88,8 @@ def run_mmoa_episodes(engine: Engine, protocol: MMOAProtocol, retriever: Retriev
     deadline = episode_deadline(cfg, start, episode_start=start)
     b = budgets or MMOABudgets()
     own = settings or MMOASettings()
+    check_settings(own)
     tok = engine.tokenizer
-    if not isinstance(own.selector_samples, int) or own.selector_samples < 1:
-        raise ConfigError(f"mmoa.selector_samples must be an integer >= 1, got {own.selector_samples!r}")
-    if not isinstance(own.generator_samples, int) or own.generator_samples < 1:
-        raise ConfigError(f"mmoa.generator_samples must be an integer >= 1, got {own.generator_samples!r}")
-    unknown = [a for a in own.greedy_agents if a not in AGENTS]
-    if unknown:
-        raise ConfigError(f"mmoa.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
-                          f"pipeline (its agents: {', '.join(AGENTS)})")
     pipes = [_Pipe(s, i, j, deadline=deadline) for i, s in enumerate(samples) for j in range(cfg.n)]
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
 

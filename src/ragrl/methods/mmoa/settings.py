@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ragrl.errors import ConfigError
+from ragrl.methods.mmoa.protocol import AGENTS
 from ragrl.yaml_config import setting
 
 
@@ -22,6 +24,19 @@ class MMOASettings:
         "Agents that decode greedily in training rollouts whatever rollout.temperature says, e.g. "
         "frozen ones, so their sampling noise does not reach the trained agents' rewards. Evaluation "
         "decodes every agent alike."))
+
+
+def check_settings(settings: MMOASettings) -> None:
+    """Branching counts are integers >= 1, and the agents it names are the pipeline's: checked when a
+    recipe loads (the method's check) and by the runner itself, which experiments call directly."""
+    for name in ("selector_samples", "generator_samples"):
+        k = getattr(settings, name)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"mmoa.{name} must be an integer >= 1, got {k!r}")
+    unknown = [a for a in settings.greedy_agents if a not in AGENTS]
+    if unknown:
+        raise ConfigError(f"mmoa.greedy_agents: {', '.join(map(repr, unknown))} is not an agent of the MMOA "
+                          f"pipeline (its agents: {', '.join(AGENTS)})")
 
 
 def evaluation_settings(settings: MMOASettings) -> MMOASettings:
