@@ -86,8 +86,9 @@ class Method:
     evaluation: Evaluation = "agent"
     # evaluation "retriever": its settings carry `encoder`, `hops`, `history`, `instruction`,
     # `generator` and `generator_adapter`, which the evaluations read; and
-    # eval_retriever: (cfg, trained encoder dir | None for the start) -> the run's retriever
-    # as evaluated (deterministic top k, its own index); `.searcher(hops)` gives every hop's passages.
+    # eval_retriever: (cfg, trained encoder dir | None for the start[, dense backend already loaded])
+    # -> the run's retriever as evaluated (deterministic top k, its own index); `.searcher(hops)`
+    # gives every hop's passages.
     eval_retriever: Callable[[Any, Any], Any] | None = None
     # What its reward charges per retrieval, from a resolved config (None: no charge in this run):
     # `ragrl compare` sets it beside the break-even cost at which the run's searching stops paying.

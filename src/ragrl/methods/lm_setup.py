@@ -44,14 +44,15 @@ def lm_setup(cfg, *, retriever=None, model_bundle=None, settings=None) -> Setup:
             holder["engine"] = engine_for(cfg.model, model, tok)
         return holder["engine"]
 
-    own = runner_settings(cfg, protocol.runner)   # the runner's method's own section (MMOA-RAG's), if any
+    # the runner's method's own section (MMOA-RAG's), if any: as trained, and as evaluation runs it
+    own, own_eval = runner_settings(cfg, protocol.runner), runner_settings(cfg, protocol.runner, evaluation=True)
 
     def rollout(samples, rcfg, group_offset):
         return run_agent(engine(), protocol, retriever, samples, rcfg, group_offset=group_offset, settings=own)
 
     def evaluate(samples, seed, per_question=False):
         return agent_metrics(engine(), retriever, cfg.agent, cfg.rollout, samples, seed, per_question,
-                             extra_metrics=extra_metrics, settings=runner_settings(cfg, protocol.runner, evaluation=True))
+                             extra_metrics=extra_metrics, settings=own_eval)
 
     def export(final: Path, state=None):
         if hasattr(model, "peft_config"):   # a LoRA (peft) model saves its adapter; a full model has none

@@ -121,7 +121,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
     # The starting point searches exactly as the trained encoder will, and as `ragrl compare` and
     # `ragrl eval --run` evaluate a retriever run (its method record's eval_retriever): the same hops,
     # history and passages per hop; only the encoder differs (the index's own, frozen).
-    base_search = method.eval_retriever(cfg, None).searcher(rc.hops)
+    base_search = method.eval_retriever(cfg, None, dense).searcher(rc.hops)   # the trainer's index, not a reload
     k, hop_size = cfg.rollout.topk * rc.hops, (cfg.rollout.topk if rc.hops > 1 else None)
     console.print(f"    {len(dense)} passages; {rc.hops} hop(s) of {cfg.rollout.topk} passages"
                   + (" with HARR's history" if rc.hops > 1 and rc.history else "") + f", the reader is given {k}; test: "
@@ -153,7 +153,7 @@ def run_retriever_quickstart(out_dir: str = "runs/quickstart", overrides: list[s
                   + (f"the encoder of step {best['step']} ({cfg.data.eval} {best['metric']} {best['value']:.1f})" if best else "the final encoder"))
 
     console.print("4/5 held-out evaluation with the trained encoder")
-    trained_search = method.eval_retriever(cfg, kept).searcher(rc.hops)
+    trained_search = method.eval_retriever(cfg, kept, dense).searcher(rc.hops)
     report: dict = {"settings": {"corpus": "data kit corpus/wiki_passages (51,185 passages)", "index": "dense MiniLM, faiss flat",
                                  "k": k, "hops": rc.hops, "history": rc.history, "train": cfg.data.train, "dev (held apart)": cfg.data.eval,
                                  "steps": cfg.steps, "steps_trained": len(rows), "cut_by_time_bound": cut is not None,

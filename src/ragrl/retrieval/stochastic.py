@@ -195,10 +195,15 @@ class StochasticRetriever:
         return out
 
 
-def multi_hop_searcher(dense, encoder, settings):
-    """search(questions, k) with `encoder` over the dense index `dense`, as a retriever run searches:
-    `settings.hops` hops of k, later hops with the history of earlier ones (`settings.history`,
-    `settings.history_words`, `settings.instruction`; a run's `retriever:` section, as its sampler and
-    `ragrl compare`'s retriever read it)."""
+def history_retriever(dense, encoder, settings) -> StochasticRetriever:
+    """`encoder` over the dense index `dense` with a retriever run's history settings
+    (`settings.history`, `settings.history_words`, `settings.instruction`: its `retriever:` section,
+    as its sampler reads them), for deterministic top-k search."""
     return StochasticRetriever(dense, encoder, history=settings.history, instruction=settings.instruction,
-                               history_words=settings.history_words).searcher(settings.hops)
+                               history_words=settings.history_words)
+
+
+def multi_hop_searcher(dense, encoder, settings):
+    """search(questions, k) as a retriever run searches: `settings.hops` hops of k, later hops with
+    the history of earlier ones (`history_retriever`)."""
+    return history_retriever(dense, encoder, settings).searcher(settings.hops)

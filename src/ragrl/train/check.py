@@ -164,9 +164,11 @@ def check_method_sections(cfg: TrainConfig) -> None:
     own = method_for(cfg.agent, cfg.policy)
     for method in METHODS.values():
         section = settings_of(cfg, method)
-        if method is own or section is None or section == method.settings():
+        if method is own or section is None:
             continue
         default = method.settings()
+        if section == default:
+            continue
         changed = next(f.name for f in fields(section) if getattr(section, f.name) != getattr(default, f.name))
         raise ConfigError(f"{method.section}.{changed} is a setting of {method.paper.split(' (')[0]}, read by its "
                           f"runs only, and this run is {own.name if own else cfg.agent} (agent {cfg.agent}, policy "

@@ -25,7 +25,7 @@ from ragrl.policy.model_config import engine_for
 from ragrl.policy.retriever import RetrieverPolicy
 from ragrl.retrieval.index import load_index
 from ragrl.retrieval.resolve import cached_dense_index
-from ragrl.retrieval.stochastic import StochasticRetriever
+from ragrl.retrieval.stochastic import StochasticRetriever, history_retriever
 from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.retrieval_only import run_retrieval_episodes
@@ -110,13 +110,12 @@ def filter_questions(questions: list[dict], rollout, reward_fn, cfg, run_dir: Pa
     return questions
 
 
-def eval_retriever(cfg, encoder_dir=None) -> StochasticRetriever:
+def eval_retriever(cfg, encoder_dir=None, dense=None) -> StochasticRetriever:
     """The run's retriever as `ragrl compare` evaluates it: the trained encoder (or, with None, the
-    one it started from) over the run's dense index, deterministic top k, its history settings."""
+    one it started from) over the run's dense index (`dense`, a backend already loaded, or None to load
+    it), deterministic top k, its history settings."""
     encoder = QueryEncoder(str(encoder_dir) if encoder_dir is not None else cfg.retriever.encoder)
-    rc = cfg.retriever
-    return StochasticRetriever(load_dense_backend(cfg), encoder, history=rc.history, instruction=rc.instruction,
-                               history_words=rc.history_words)
+    return history_retriever(load_dense_backend(cfg) if dense is None else dense, encoder, cfg.retriever)
 
 
 def load_dense_backend(cfg):
