@@ -39,3 +39,11 @@ class TrainingCollapsed(RunStopped):
     """A collapse rule tripped again after guard.max_rollbacks rollbacks."""
 
     exit_code = 3
+
+
+class RunWriteFailed(RunStopped):
+    """A run's checkpoint or metrics row could not be written (a full disk, a quota, a read-only
+    mount): a half-written checkpoint is removed, the earlier ones are intact, and the run stops;
+    `ragrl train --resume` goes on from the newest once there is room."""
+
+    exit_code = 74   # EX_IOERR (sysexits.h): retrying without freeing space would fail again

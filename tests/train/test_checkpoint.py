@@ -393,3 +393,41 @@ def test_pruning_never_deletes_the_only_intact_older_checkpoint(tmp_path, caplog
     for step in (40, 50):
         save_checkpoint(tmp_path, step, model=small_model(), keep_last=2)
     assert step_dirs(tmp_path) == ["step_000040", "step_000050"]
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 512 KiB tmpfs, where this machine lets the test mount one (root in a container that
+    allows it); skipped elsewhere: the trainer-level test (test_trainer_resume) injects the same
+    ENOSPC at the file layer and runs everywhere."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode(errors='replace').strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_mid_checkpoint_keeps_the_previous_one_and_names_path_and_free_space(small_fs):
+    from ragrl.errors import RunWriteFailed
+
+    small = torch.nn.Linear(8, 8)               # ~2 KB of weights: fits
+    save_checkpoint(small_fs, 1, model=small)
+    big = torch.nn.Linear(8, 8)
+    big.register_buffer("filler", torch.zeros(256, 1024))   # 1 MiB: does not
+    with pytest.raises(RunWriteFailed) as err:
+        save_checkpoint(small_fs, 2, model=big)
+    msg = str(err.value)
+    assert "could not write checkpoint step 2 to" in msg and ".tmp_step_000002" in msg
+    assert "No space left on device" in msg and "MiB free on that file system" in msg
+    assert f"the previous checkpoint {small_fs / 'checkpoints' / 'step_000001'} is intact" in msg
+    assert err.value.exit_code == 74
+    ckpts = small_fs / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000001"]   # no half-written copy
+    assert latest_checkpoint(small_fs).name == "step_000001" and verify_checkpoint(ckpts / "step_000001") is None
+    restored = torch.nn.Linear(8, 8)
+    load_checkpoint(ckpts / "step_000001", model=restored)
+    assert torch.equal(restored.weight, small.weight)
+    save_checkpoint(small_fs, 2, model=small)   # with room again, the next save goes through
+    assert latest_checkpoint(small_fs).name == "step_000002"

@@ -170,3 +170,22 @@ def test_resume_exactly_at_an_epoch_boundary_continues_the_data_order(env, refer
     rows = run(env, out, steps=4, save_every=1, resume=True)            # step 3 opens epoch 2
     assert_same_rows(rows, reference)
     assert marker(out) == "step_000004"
+
+
+def test_disk_full_during_a_checkpoint_stops_the_run_and_resume_matches_the_uninterrupted_run(env, reference):
+    """Checkpoint 2's optimizer.pt is cut short by ENOSPC (injected at the file layer): the run stops
+    with exit 74 naming the path and the free space, checkpoint 1 stays the newest and intact, and
+    --resume (space freed: the fault is gone) gives the reference's rows."""
+    out = env["root"] / "disk_full"
+    proc = start(env, out, steps=3, save_every=1, worker=True,
+                 extra_env={"RAGRL_TEST_DISK_FULL_AT_CHECKPOINT": "2"})
+    assert proc.wait(timeout=300) == 74, proc.log_path.read_text()[-3000:]
+    log = proc.log_path.read_text()
+    assert "could not write checkpoint step 2 to" in log and "No space left on device" in log
+    assert "MiB free on that file system" in log and "step_000001 is intact" in log
+    assert "Traceback" not in log   # one line, not a stack
+    ckpts = out / "checkpoints"
+    assert marker(out) == "step_000001" and not list(ckpts.glob(".tmp_*")) and not (ckpts / "step_000002").exists()
+    rows = run(env, out, steps=3, save_every=1, resume=True)
+    assert_same_rows(rows, reference[:3])
+    assert "resumed from step_000001 at step 1" in (out / "train.log").read_text()

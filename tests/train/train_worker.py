@@ -4,12 +4,19 @@ Usage: python train_worker.py train RECIPE --set ... (the `ragrl` CLI arguments)
 Env:   RAGRL_TEST_HANG_AT_CHECKPOINT=K   while writing checkpoint step K, after every file is
        RAGRL_TEST_READY=PATH             fsynced but before the rename that publishes it, write
                                          PATH and sleep, so the test can SIGKILL the process there.
+       RAGRL_TEST_DISK_FULL_AT_CHECKPOINT=K
+                                         while writing checkpoint step K, optimizer.pt gets half
+                                         its bytes and then ENOSPC, as on a full disk.
 Everything else is the real CLI and trainer.
 """
+import errno
+import io
 import os
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from ragrl.train import checkpoint
 
@@ -23,7 +30,25 @@ def install_hang(step: int, ready: Path) -> None:
     checkpoint._before_rename = hang
 
 
+def install_disk_full(step: int) -> None:
+    """torch.save of checkpoint K's optimizer.pt writes half the file, then fails as a full disk does."""
+    real_save = torch.save
+
+    def save(obj, path, *args, **kwargs):
+        path = Path(path)
+        if path.name == "optimizer.pt" and path.parent.name.endswith(checkpoint.step_dir_name(step)):
+            data = io.BytesIO()
+            real_save(obj, data, *args, **kwargs)
+            path.write_bytes(data.getvalue()[: len(data.getvalue()) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    checkpoint.torch.save = save
+
+
 if __name__ == "__main__":
+    if os.environ.get("RAGRL_TEST_DISK_FULL_AT_CHECKPOINT"):
+        install_disk_full(int(os.environ["RAGRL_TEST_DISK_FULL_AT_CHECKPOINT"]))
     if os.environ.get("RAGRL_TEST_HANG_AT_CHECKPOINT"):
         install_hang(int(os.environ["RAGRL_TEST_HANG_AT_CHECKPOINT"]), Path(os.environ["RAGRL_TEST_READY"]))
     from ragrl.cli.main import main

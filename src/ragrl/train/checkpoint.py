@@ -41,8 +41,9 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from ragrl.errors import RagrlError
+from ragrl.errors import RagrlError, RunWriteFailed
 from ragrl.policy.fsdp import is_sharded, load_full_state_dict, shard_optimizer_state
+from ragrl.train.disk import write_failure_reason
 from ragrl.train.manifest import MANIFEST, check_manifest, has_manifest, write_manifest
 from ragrl.train.rng import get_rng_state, set_rng_state
 
@@ -92,12 +93,41 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer=Non
     trainer_state = _trainer_state(step, extra)
 
     root = checkpoints_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(root)
     name = step_dir_name(step)
     tmp = root / f"{TMP_PREFIX}{name}"
-    tmp.mkdir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_stale_tmp(root)
+        tmp.mkdir()
+        _write_files(tmp, step, model, optimizer, scheduler, trainer_state, extra_modules,
+                     model_state, optimizer_state)
+    except Exception as e:
+        # A full disk (or a quota, or a read-only mount) mid-write: drop the half-written copy so
+        # the next save and `latest_checkpoint` never meet it, and stop with the path and the free
+        # space. The published checkpoints are untouched, so `--resume` goes on from the newest.
+        # Not just OSError: torch.save reports a short write as a RuntimeError and safetensors
+        # as a SafetensorError.
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RunWriteFailed(_write_failure(root, tmp, step, e)) from e
 
+    if _before_rename is not None:
+        _before_rename(tmp)
+    final = root / name
+    try:
+        _publish(root, tmp, final)
+        _write_marker(root, name)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RunWriteFailed(_write_failure(root, final, step, e)) from e
+    if keep_last is not None:
+        _prune(root, keep_last, protect=name)
+    log.info("saved checkpoint %s", final)
+    return final
+
+
+def _write_files(tmp: Path, step: int, model, optimizer, scheduler, trainer_state: dict,
+                 extra_modules: dict, model_state, optimizer_state) -> None:
+    """Every file of one checkpoint into `tmp`, the manifest last, then fsync them all."""
     _save_model_weights(model, tmp, model_state)
     for mod_name, module in extra_modules.items():
         save_model(module, str(tmp / f"{mod_name}.safetensors"))
@@ -111,11 +141,11 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer=Non
     write_manifest(tmp, step)   # last: it must cover every file above
     _fsync_tree(tmp)
 
-    if _before_rename is not None:
-        _before_rename(tmp)
-    final = root / name
+
+def _publish(root: Path, tmp: Path, final: Path) -> None:
+    """Rename the finished `tmp` to `final` (atomic), replacing an older copy of the same step."""
     if final.exists():  # re-saving a step (e.g. after resuming): move the old copy out of the way
-        old = root / f"{TMP_PREFIX}replaced_{name}"
+        old = root / f"{TMP_PREFIX}replaced_{final.name}"
         os.rename(final, old)
         os.rename(tmp, final)
         shutil.rmtree(old)
@@ -123,11 +153,15 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer=Non
         os.rename(tmp, final)
     _fsync_dir(root)
 
-    _write_marker(root, name)
-    if keep_last is not None:
-        _prune(root, keep_last, protect=name)
-    log.info("saved checkpoint %s", final)
-    return final
+
+def _write_failure(root: Path, path: Path, step: int, error: Exception) -> str:
+    """One message for a checkpoint that could not be written: the path, why, the free space, and
+    the checkpoint a `--resume` goes on from."""
+    marker = _read_marker(root)
+    kept = (f"the previous checkpoint {root / marker} is intact" if marker and (root / marker).is_dir()
+            else "no earlier checkpoint exists")
+    return (f"could not write checkpoint step {step} to {path}: {write_failure_reason(root, error)}; "
+            f"{kept}. Free some space and run the same command with --resume")
 
 
 def _trainer_state(step: int, extra: dict | None) -> dict:

@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from ragrl.errors import RagrlError
+from ragrl.errors import RagrlError, RunWriteFailed
 from ragrl.train.checkpoint import checkpoints_dir, latest_checkpoint
+from ragrl.train.disk import write_failure_reason
 from ragrl.train.trackers import make_trackers
 
 log = logging.getLogger(__name__)
@@ -168,9 +169,17 @@ class MetricsLogger:
                 row[key] = float(value)
             except (TypeError, ValueError) as e:
                 raise RagrlError(f"metric {key!r} is not a number: {value!r}") from e
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            # The row may be half on disk: the next logger drops a torn last line, and a resumed run
+            # redoes the steps after its checkpoint, so nothing but this row's wall time is lost.
+            raise RunWriteFailed(f"could not append step {step}'s row to {self.path}: "
+                                 f"{write_failure_reason(self.path, e)}; the rows before it and the run's "
+                                 "checkpoints are intact. Free some space and run the same command with "
+                                 "--resume") from e
         if self._tb is not None:
             for key, value in row.items():
                 if key not in ("step", "time") and math.isfinite(value):
@@ -209,7 +218,10 @@ class MetricsLogger:
     def close(self, failed: bool = False) -> None:
         """`failed`: the run ended by an error (wandb and MLflow mark their runs so)."""
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:   # the buffered tail of a row whose write already failed (reported then)
+                pass
         if self._tb is not None:
             self._tb.close()
             self._tb = None
