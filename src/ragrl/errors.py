@@ -47,3 +47,11 @@ class RunWriteFailed(RunStopped):
     `ragrl train --resume` goes on from the newest once there is room."""
 
     exit_code = 74   # EX_IOERR (sysexits.h): retrying without freeing space would fail again
+
+
+class RankLost(RunStopped):
+    """Another rank of a distributed run died, froze, failed, or never reached a collective
+    (ragrl.train.rank_watch): this rank stops too, naming it and the step; every rank started
+    again with `--resume` goes on from the newest checkpoint."""
+
+    exit_code = 69   # EX_UNAVAILABLE (sysexits.h): a peer the run needs is gone

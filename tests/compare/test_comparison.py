@@ -3,6 +3,12 @@ dense indexes): every column, each run's start, a refused corpus, reuse, the vie
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -108,3 +114,49 @@ def test_cli_trains_a_recipe_then_compares(tmp_path, tiny_model_dir, demo_bm25_d
 def test_cli_asks_for_questions(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0 and "--data" in result.output
+
+
+def without_wall_time(table: dict) -> dict:
+    """The comparison's figures, its wall-time and reuse readings aside."""
+    return {name: {k: v for k, v in row.items() if k not in ("seconds_per_q", "reused", "trained")}
+            for name, row in table["rows"].items()}
+
+
+def test_a_killed_comparison_resumes_to_the_same_table_and_a_damaged_cache_entry_is_recomputed(
+        runs, tmp_path, tiny_model_dir, demo_bm25_dir, caplog):
+    run, args = runs["search_r1_grpo"], dict(data=["demo-eval"], n=4, index=str(demo_bm25_dir),
+                                             reader=str(tiny_model_dir), batch_size=4)
+    whole = run_comparison([run], out=tmp_path / "whole", **args)
+
+    # `ragrl compare` in its own process, SIGKILLed once its first system is cached
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "ragrl.cli.main", "compare", str(run), "--data", "demo-eval", "--n", "4",
+           "--index", str(demo_bm25_dir), "--reader", str(tiny_model_dir), "--batch-size", "4", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not list((out / "systems").glob("*.json")):
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "the comparison cached nothing in time"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert not (out / "compare.json").exists()   # it was killed before its table
+    resumed = run_comparison([run], out=out, **args)
+    assert without_wall_time(resumed) == without_wall_time(whole)
+    reuse = [row["reused"] for row in resumed["rows"].values()]
+    assert "cached" in reuse and None in reuse   # what was done stays done; the rest is run
+
+    # one byte of a cached system's trajectories flipped: detected, said, recomputed, same table
+    stored = sorted((out / "systems").glob("*.jsonl"))[0]
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    stored.write_bytes(bytes(data))
+    (sorted((out / "systems").glob("*.json"))[-1]).write_text('{"name": "cut sh')   # another's record cut short
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        again = run_comparison([run], out=out, **args)
+    said = caplog.text
+    assert f"{stored.name} changed after it was written (sha256 mismatch); evaluating it again" in said
+    assert "its record is not JSON" in said
+    assert without_wall_time(again) == without_wall_time(whole)
+    assert sorted(row["reused"] is None for row in again["rows"].values()) == [False, False, True, True]

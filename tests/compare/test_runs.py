@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from ragrl.compare.runs import (
     RunRecord,
@@ -15,8 +18,10 @@ from ragrl.compare.runs import (
     training_time,
 )
 from ragrl.datasets import load_questions
-from ragrl.errors import ConfigError
+from ragrl.errors import ConfigError, RagrlError
 from ragrl.train.config import TrainConfig
+from ragrl.train.recipe import load_train_config
+from ragrl.train.run_dir import write_resolved_config
 
 
 def _run(search: SearchSetting, evaluation: str = "agent", label: str = "r") -> RunRecord:
@@ -63,7 +68,7 @@ def test_a_folder_that_is_not_a_finished_run_is_refused(tmp_path):
 def test_training_time_adds_the_stages_and_an_earlier_stage_run(tmp_path):
     stage1, stage2 = tmp_path / "stage1", tmp_path / "stage2"
     for d, stages in ((stage1, [("sft", 120.0), ("rl", 300.0)]), (stage2, [("rl", 240.0), ("rl", 60.0)])):
-        (d / "final_adapter").mkdir(parents=True)
+        stand_in_adapter(d / "final_adapter")
         (d / "config.yaml").write_text("{}\n")
         (d / "training.json").write_text(json.dumps({"stages": [
             {"stage": s, "seconds": sec, "machine": "CPU: test, 2 cores", "date": "2026-11-27"} for s, sec in stages]}))
@@ -93,3 +98,44 @@ def test_training_time_falls_back_to_the_rl_steps(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "time/step_s": 2.5}) + "\n" for i in range(4)))
     t = training_time(RunRecord(tmp_path, "r", TrainConfig(), None, "agent", tmp_path, None, DEMO))
     assert t["seconds"] == 10.0 and "RL steps only" in t["how"]
+
+
+def stand_in_adapter(folder: Path) -> None:
+    """An adapter folder whose files pass the run reader's checks (one real safetensors file)."""
+    folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(64, 64)}, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text("{}")
+
+
+def finished_run(tmp_path: Path) -> Path:
+    """A run folder as `ragrl train` leaves it, with a stand-in adapter."""
+    run = tmp_path / "run"
+    stand_in_adapter(run / "final_adapter")
+    cfg = load_train_config("search_r1_grpo", [f"out_dir={run}", "model.init_adapter=null"], "tiny")
+    write_resolved_config(run, asdict(cfg))
+    return run
+
+
+def test_a_run_folder_cut_short_is_refused_naming_the_file(tmp_path):
+    run = finished_run(tmp_path)
+    assert read_run(run).trained == run / "final_adapter"   # whole: it reads
+    config = run / "config.yaml"
+    text = config.read_text()
+    config.write_text(text[: len(text) // 2])               # a copy cut short: the later settings gone
+    with pytest.raises(RagrlError, match=r"config.yaml is cut short: it does not end with '# end of resolved config'"):
+        read_run(run)
+    config.write_text(text.split("\n", 1)[1])               # no head line: an older ragrl's file, read as is
+    assert read_run(run).cfg.steps == 40
+
+    weights = run / "final_adapter" / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) - 100])             # the weights cut short
+    with pytest.raises(ConfigError, match=r"final_adapter/adapter_model.safetensors is damaged"):
+        read_run(run)
+    weights.write_bytes(data)
+    (run / "final_adapter" / "adapter_config.json").unlink()
+    with pytest.raises(ConfigError, match=r"final_adapter/adapter_config.json is missing"):
+        read_run(run)
+    weights.unlink()
+    with pytest.raises(ConfigError, match=r"final_adapter holds no .safetensors weights"):
+        read_run(run)

@@ -159,7 +159,10 @@ def test_ragrl_train_under_accelerate_launch_with_two_processes(tiny_model_dir, 
         # and why any other rank stopped: its ragrl error line or its own traceback's last lines
         others = "\n".join(line for line in res.stderr.splitlines()
                            if line.startswith("error: ") or line.startswith(("[rank1]", "[rank2]", "[rank3]")))
-        assert res.returncode == 0, (rank0[-3000:] + "\n--- other ranks:\n" + others[-2000:] + "\n---\n"
+        # and every rank's own train log (train.log, train.rank1.log): the lines a rank wrote before it died
+        logs = "".join(f"\n--- {p.name}:\n" + "\n".join(p.read_text().splitlines()[-15:])
+                       for p in sorted(out.glob("train*.log")))
+        assert res.returncode == 0, (rank0[-3000:] + "\n--- other ranks:\n" + others[-2000:] + logs + "\n---\n"
                                      + res.stdout[-1500:] + res.stderr[-2000:])
         return res.stdout + res.stderr
 

@@ -7,11 +7,15 @@ Env:   RAGRL_TEST_HANG_AT_CHECKPOINT=K   while writing checkpoint step K, after 
        RAGRL_TEST_DISK_FULL_AT_CHECKPOINT=K
                                          while writing checkpoint step K, optimizer.pt gets half
                                          its bytes and then ENOSPC, as on a full disk.
+       RAGRL_TEST_RANK_FAULT=kill|hang   in rank RAGRL_TEST_FAULT_RANK's rollout of step
+       RAGRL_TEST_FAULT_RANK=R           RAGRL_TEST_FAULT_STEP: SIGKILL itself, or hang its main
+       RAGRL_TEST_FAULT_STEP=K           thread for 10 minutes (its threads go on).
 Everything else is the real CLI and trainer.
 """
 import errno
 import io
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -46,7 +50,25 @@ def install_disk_full(step: int) -> None:
     checkpoint.torch.save = save
 
 
+def install_rank_fault(kind: str, rank: int, step: int) -> None:
+    from ragrl.train.trainer import Trainer
+
+    real_roll_out = Trainer._roll_out
+
+    def roll_out(self, samples):
+        if self.rank == rank and self.step == step:
+            if kind == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(600)
+        return real_roll_out(self, samples)
+
+    Trainer._roll_out = roll_out
+
+
 if __name__ == "__main__":
+    if os.environ.get("RAGRL_TEST_RANK_FAULT"):
+        install_rank_fault(os.environ["RAGRL_TEST_RANK_FAULT"], int(os.environ["RAGRL_TEST_FAULT_RANK"]),
+                           int(os.environ["RAGRL_TEST_FAULT_STEP"]))
     if os.environ.get("RAGRL_TEST_DISK_FULL_AT_CHECKPOINT"):
         install_disk_full(int(os.environ["RAGRL_TEST_DISK_FULL_AT_CHECKPOINT"]))
     if os.environ.get("RAGRL_TEST_HANG_AT_CHECKPOINT"):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from safetensors import safe_open
+
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, method_for, settings_of
@@ -19,7 +21,7 @@ from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.retrieval.corpus import file_sha256
 from ragrl.retrieval.index import read_manifest
 from ragrl.train.config import TrainConfig, load_train_file
-from ragrl.train.run_dir import read_metrics, read_training_record
+from ragrl.train.run_dir import check_resolved_config, read_metrics, read_training_record
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,28 @@ def load_run_config(run: Path) -> TrainConfig:
     """The resolved TrainConfig a run wrote (its config.yaml), checked like a recipe."""
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run} has no config.yaml: not a ragrl training run directory")
+    check_resolved_config(run / "config.yaml")
     return load_train_file(run / "config.yaml")
+
+
+def check_artifact(path: Path, kind: str) -> None:
+    """Refuse a trained artifact folder with a file missing or cut short, naming the file, before any
+    model is loaded: an adapter needs its adapter_config.json and weights (per agent, for a run with
+    an adapter per agent); every .safetensors file's header must fit the file."""
+    weights = sorted(path.rglob("*.safetensors"))
+    if not weights:
+        raise ConfigError(f"{path} holds no .safetensors weights: the run's {kind} is incomplete")
+    if kind == "adapter":
+        for folder in sorted({w.parent for w in weights}):
+            if not (folder / "adapter_config.json").is_file():
+                raise ConfigError(f"{folder / 'adapter_config.json'} is missing: the run's adapter is incomplete")
+    for file in weights:
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                f.keys()
+        except Exception as e:   # noqa: BLE001 - safetensors' errors share no base class worth naming
+            raise ConfigError(f"{file} is damaged ({type(e).__name__}: {str(e)[:200]}): the run's {kind} "
+                              "cannot be loaded") from e
 
 
 @lru_cache(maxsize=16)
@@ -107,7 +130,10 @@ def read_run(path: Path, with_start: bool = True) -> RunRecord:
     if trained is None:
         raise ConfigError(f"{path} has no best_{kind} or final_{kind}: the run has not finished "
                           f"(`ragrl train ... --resume` ends it)")
+    check_artifact(trained, kind)
     start = None if evaluation == "retriever" or not with_start else _start_adapter(path, cfg)
+    if start is not None:
+        check_artifact(start, "adapter")
     if evaluation == "retriever":    # its index is its policy's: only the corpus is shared
         search = corpus_setting(cfg.data.corpus, cfg.data.index)
         search = SearchSetting(search.corpus, search.corpus_sha256, "dense",

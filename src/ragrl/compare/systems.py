@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ragrl.compare.runs import RunRecord, SearchSetting
 from ragrl.engines.registry import make_engine
+from ragrl.errors import RagrlError
 from ragrl.eval.batches import in_batches
 from ragrl.eval.cache import adapter_digest
 from ragrl.eval.harness import EvalConfig, naive_rag, run_system, score
@@ -34,13 +36,15 @@ from ragrl.eval.search_payoff import search_events, search_payoff
 from ragrl.methods.base import runner_settings, settings_of
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
-from ragrl.retrieval.corpus import Corpus
+from ragrl.retrieval.corpus import Corpus, file_sha256
 from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
 from ragrl.rollout.multi_turn import TRAINING_ONLY
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.runners import run_agent
 from ragrl.rollout.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
 
 BASELINES = ("direct", "naive_rag")
 
@@ -242,18 +246,51 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
             out[system.name] = {**done[digest], "reused": "identical to " + done[digest]["name"]}
             continue
         stored, meta = cache_dir / f"{digest}.jsonl", cache_dir / f"{digest}.json"
-        kept = json.loads(meta.read_text()) if stored.is_file() and meta.is_file() else {}
-        if kept.get("key") == key:
-            entry = {"trajectories": load_trajectories(stored), "wall_s": kept["wall_s"],
-                     "reused": "cached"}
+        trajs = cached_entry(stored, meta, key, system.name, len(ctx.samples))
+        if trajs is not None:
+            entry = {"trajectories": trajs, "wall_s": json.loads(meta.read_text())["wall_s"], "reused": "cached"}
         else:
             t0 = time.perf_counter()
             trajs = annotate(episodes_of(system, ctx), ctx.samples, ctx)
             entry = {"trajectories": trajs, "wall_s": time.perf_counter() - t0, "reused": None}
             write_trajectories(stored, trajs)
             tmp = meta.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"name": system.name, "key": key, "wall_s": entry["wall_s"]}))
+            tmp.write_text(json.dumps({"name": system.name, "key": key, "wall_s": entry["wall_s"],
+                                       "sha256": file_sha256(stored), "rows": len(trajs)}))
             tmp.replace(meta)   # written last: a killed comparison leaves no entry that looks whole
         done[digest] = {**entry, "name": system.name}
         out[system.name] = entry
     return out
+
+
+def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int):
+    """The trajectories a cache entry holds for `key`, or None to (re)compute them: no entry, another
+    key, or an entry that fails its checks. A damaged entry (its record unreadable, its trajectories
+    changed since they were written, or fewer rows than questions) is said in the log, never trusted."""
+    if not (stored.is_file() and meta.is_file()):
+        return None
+    try:
+        kept = json.loads(meta.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        log.warning("cache entry %s (%s) is damaged: its record is not JSON (%s); evaluating it again", meta, name, e)
+        return None
+    if not isinstance(kept, dict) or kept.get("key") != key:
+        return None
+    if "sha256" not in kept:   # written before entries were checksummed: nothing to check it against
+        log.warning("cache entry %s (%s) has no checksum (an older ragrl wrote it); evaluating it again", meta, name)
+        return None
+    problem = None
+    if file_sha256(stored) != kept["sha256"]:
+        problem = f"{stored.name} changed after it was written (sha256 mismatch)"
+    else:
+        try:
+            trajs = load_trajectories(stored)
+        except RagrlError as e:
+            problem = str(e)
+        else:
+            if len(trajs) != kept.get("rows") or len(trajs) != n:
+                problem = f"{stored.name} holds {len(trajs)} trajectories, not {n}"
+    if problem is not None:
+        log.warning("cache entry %s (%s) is damaged: %s; evaluating it again", stored, name, problem)
+        return None
+    return trajs

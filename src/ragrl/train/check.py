@@ -45,7 +45,7 @@ RANGES: dict[str, str] = {
         "guard.entropy_floor", "guard.max_rollbacks", "guard.retrieval_wait_s"), "[0, inf)"),
     **dict.fromkeys(("lr", "sft.lr", "max_grad_norm", "algo.kl_target",
                      "algo.value_clip", "guard.kl_ceiling", "guard.reward_drop", "rollout.max_episode_s",
-                     "rollout.max_rollout_s"), "(0, inf)"),
+                     "rollout.max_rollout_s", "guard.rank_silence_s", "guard.collective_timeout_s"), "(0, inf)"),
     **dict.fromkeys(("guard.remedy_lr_factor",), "(0, 1]"),
     **dict.fromkeys(("guard.format_error_ceiling",), "[0, 1)"),
     "guard.timeout_reward": "(-inf, inf)",

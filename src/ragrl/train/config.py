@@ -207,6 +207,14 @@ class GuardConfig:
         "Seconds in all a retrieval server (data.index is a URL) that stops answering is waited for, "
         "with backoff and jitter; then the run checkpoints its last completed step and exits with "
         "code 75, naming the URL. The in-process retriever never waits."))
+    rank_silence_s: float = setting(60.0, help=(
+        "Under several ranks: seconds without a heartbeat from another rank (a thread in each writes "
+        "one to the process group's store ten times in this span) after which it counts as killed or "
+        "frozen; every other rank then exits with code 69, naming it and its last step."))
+    collective_timeout_s: float = setting(1800.0, help=(
+        "Under several ranks: the process group's timeout. A rank whose heartbeat goes on but that does "
+        "not reach a collective in this time (a hung rollout) makes the others exit with code 69, "
+        "naming it. It must cover the longest wait between ranks: a rollout, rank 0's evaluation."))
 
 
 @dataclass

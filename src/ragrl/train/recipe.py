@@ -127,8 +127,7 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
     # again, idempotently): a dir that already has checkpoints is refused before the SFT, and the
     # SFT's log lines land in train.log as it works.
     prepare_run_dir(run_dir, resume=resume)
-    if rank == 0:
-        setup_file_logging(run_dir)
+    setup_file_logging(run_dir, rank=rank)
     retriever = None   # the setup builds what its policy needs (a retriever policy samples its own)
     sft_adapter = run_dir / "sft" / "adapter"
     if cfg.sft.steps > 0 and not cfg.model.init_adapter:

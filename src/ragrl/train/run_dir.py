@@ -5,7 +5,7 @@
       metrics.jsonl    one JSON object per logged step: {"step": 3, "time": ..., "loss": ...}
       tb/              the same scalars as TensorBoard events (report_to: tensorboard)
       wandb/, mlruns/  the same as a wandb or MLflow run (report_to; ragrl.train.trackers)
-      train.log        the `ragrl` logger's output (setup_file_logging)
+      train.log        the `ragrl` logger's output (setup_file_logging; train.rank{r}.log: rank r's)
       training.json    each stage's wall time and the machine it ran on (record_stage), and the step
                        a wall-time bound cut RL at, if one did (record_time_bound_cut, clear_time_bound_cut)
       checkpoints/     see ragrl.train.checkpoint
@@ -29,6 +29,7 @@ import torch
 import yaml
 
 from ragrl.errors import RagrlError, RunWriteFailed
+from ragrl.eval.plots import line_plot
 from ragrl.train.checkpoint import checkpoints_dir, latest_checkpoint
 from ragrl.train.disk import write_failure_reason
 from ragrl.train.trackers import make_trackers
@@ -111,19 +112,36 @@ def _has_checkpoints(run_dir: Path) -> bool:
     return root.is_dir() and ((root / "latest").exists() or latest_checkpoint(run_dir) is not None)
 
 
+# The resolved config's first and last lines: a file with the first but not the last was cut short
+# (a copy, a full disk), and its missing settings would silently load as defaults.
+CONFIG_HEAD = "# ragrl resolved config: every setting of this run; its last line marks a complete file"
+CONFIG_END = "# end of resolved config"
+
+
 def write_resolved_config(run_dir: Path, cfg_dict: dict) -> Path:
-    """Write `run_dir/config.yaml` atomically, keys in the config's own order."""
+    """Write `run_dir/config.yaml` atomically, keys in the config's own order, between CONFIG_HEAD and
+    CONFIG_END (see check_resolved_config)."""
     path = Path(run_dir) / "config.yaml"
-    _atomic_write(path, yaml.safe_dump(cfg_dict, sort_keys=False))
+    _atomic_write(path, f"{CONFIG_HEAD}\n{yaml.safe_dump(cfg_dict, sort_keys=False)}{CONFIG_END}\n")
     return path
 
 
-def setup_file_logging(run_dir: Path, level: int = logging.INFO) -> logging.Handler:
-    """Send the `ragrl` logger's records to `run_dir/train.log` (appending, so resumes add on).
+def check_resolved_config(path: Path) -> None:
+    """Refuse a run's config.yaml that was cut short: it opens with CONFIG_HEAD but does not end with
+    CONFIG_END. (A file without the head was written by an older ragrl: there is nothing to check.)"""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    if text.startswith(CONFIG_HEAD) and text.rstrip("\n").rsplit("\n", 1)[-1] != CONFIG_END:
+        raise RagrlError(f"{path} is cut short: it does not end with {CONFIG_END!r}, so some of the run's "
+                         "settings are missing (they would load as defaults). Restore the file from a copy")
+
+
+def setup_file_logging(run_dir: Path, level: int = logging.INFO, rank: int = 0) -> logging.Handler:
+    """Send the `ragrl` logger's records to `run_dir/train.log` (appending, so resumes add on);
+    rank r > 0 of a distributed run to `train.rank{r}.log`, so why any rank stopped can be read.
 
     Calling it twice for the same run dir does not duplicate lines.
     """
-    path = (Path(run_dir) / "train.log").resolve()
+    path = (Path(run_dir) / ("train.log" if rank == 0 else f"train.rank{rank}.log")).resolve()
     logger = logging.getLogger("ragrl")
     for handler in logger.handlers:
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename) == path:
@@ -300,6 +318,17 @@ def _atomic_write(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def plot_curves(run_dir: Path, method_keys=()) -> None:
+    """run_dir/curves.png from metrics.jsonl: reward, answer and search metrics, the method's own
+    `plot_keys`, and every rollout/ metric of the last row (nothing without rows)."""
+    rows = read_metrics(run_dir)
+    if rows:
+        keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len", "eval/f1"]
+        keys += [k for k in method_keys if k not in keys and k in rows[-1]]
+        keys += sorted(k for k in rows[-1] if k.startswith("rollout/"))
+        line_plot(rows, keys, Path(run_dir) / "curves.png")
 
 
 def evaluation_points(rows: list[dict]) -> list[dict]:

@@ -29,7 +29,6 @@ from ragrl.algos.kl import make_kl_controller
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError, RetrievalOutage, TrainingCollapsed
 from ragrl.eval.harness import score
-from ragrl.eval.plots import line_plot
 from ragrl.eval.report import write_trajectories
 from ragrl.methods.base import method_for
 from ragrl.policy.fsdp import (
@@ -60,12 +59,13 @@ from ragrl.train.distributed import (
 from ragrl.train.experts import ExpertSource, take_policy_logprobs
 from ragrl.train.guards import CollapseWatch, Trip, sampled_entropy, scale_learning_rate
 from ragrl.train.progress import TrainProgress
+from ragrl.train.rank_watch import RankWatch, is_collective_failure
 from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
 from ragrl.train.run_dir import (
     MetricsLogger,
     clear_time_bound_cut,
+    plot_curves,
     prepare_run_dir,
-    read_metrics,
     record_time_bound_cut,
     setup_file_logging,
     write_resolved_config,
@@ -84,7 +84,9 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, retriever=None, model_bundle=None):
         check_combinations(cfg)   # before any model, index or rollout
         self.cfg = cfg
-        self.rank, self.world = init_distributed()  # joins torchrun/accelerate's group, else (0, 1)
+        # joins torchrun/accelerate's group, else (0, 1); from here on a rank lost is named, not waited for
+        self.rank, self.world = init_distributed(cfg.guard.collective_timeout_s)
+        self.ranks = RankWatch(self.rank, self.world, cfg.guard.rank_silence_s) if self.world > 1 else None
         check_divisible(cfg.questions_per_step, self.world)
         # The same seed on every rank: LoRA / value-head init must be identical across ranks.
         seed_everything(cfg.seed)
@@ -140,7 +142,7 @@ class Trainer:
         barrier()
         if self.rank == 0:
             write_resolved_config(self.run_dir, asdict(cfg))
-            setup_file_logging(self.run_dir)
+        setup_file_logging(self.run_dir, rank=self.rank)
         # Only rank 0 owns metrics.jsonl: a second writer (or a second truncate_after) would race it.
         logger = MetricsLogger(self.run_dir, report_to=cfg.report_to, config=asdict(cfg), run_name=cfg.name,
                                resume=resume) if self.rank == 0 else None
@@ -207,14 +209,20 @@ class Trainer:
             final_state = full_state_dict(self.model) if self.params_sharded else None
             if self.rank == 0:
                 self._finish(final_state, logger)
-        except BaseException:
+        except BaseException as e:
             if logger is not None:
                 logger.close(failed=True)   # wandb and MLflow mark the run failed
+            if self.ranks is not None:
+                if is_collective_failure(e):   # gloo's or NCCL's error names no rank
+                    raise self.ranks.explain(e) from e
+                self.ranks.stop(error=e)          # the others name this rank and its error at once
             raise
         finally:
             bar.close()
             if logger is not None:
                 logger.close()
+        if self.ranks is not None:
+            self.ranks.stop()   # a rank done with its loop may wait long in the final barrier
         return rows
 
     def _finish_step(self, row: dict, logger, rows: list, bar, step: int) -> None:
@@ -306,13 +314,8 @@ class Trainer:
         """The policy's final artifact (adapter or encoder, for chained stages), curve plots, trackers' files."""
         with self._averaged():
             self.setup.export(self.run_dir / f"final_{self.setup.artifact}", state)
-        rows = read_metrics(self.run_dir)
-        if rows:
-            keys = ["reward_mean", "em", "f1", "searches", "format_error_rate", "response_len", "eval/f1"]
-            method = method_for(self.cfg.agent, self.cfg.policy)
-            keys += [k for k in (method.plot_keys if method else ()) if k not in keys and k in rows[-1]]
-            keys += sorted(k for k in rows[-1] if k.startswith("rollout/"))
-            line_plot(rows, keys, self.run_dir / "curves.png")
+        method = method_for(self.cfg.agent, self.cfg.policy)
+        plot_curves(self.run_dir, method.plot_keys if method else ())
         for path in (self.run_dir / "config.yaml", self.run_dir / "curves.png"):
             if logger is not None and path.exists():
                 logger.log_file(path)
@@ -342,12 +345,15 @@ class Trainer:
         """One RL step, in two phases: roll out and score this step's episodes, then update on them."""
         t_start = time.perf_counter()
         samples = self._step_samples()
+        self._at("rollout")
         trajs, rstats = self._roll_out(samples)
         t_rollout = time.perf_counter() - t_start
         t0 = time.perf_counter()
+        self._at("reward")
         experts = self._score(samples, trajs)
         t_reward = time.perf_counter() - t0
         t0 = time.perf_counter()
+        self._at("update")
         ustats, pstats = self._update(trajs, experts)
         seconds = {"rollout": t_rollout, "reward": t_reward, "update": time.perf_counter() - t0,
                    "step": time.perf_counter() - t_start}
@@ -451,6 +457,7 @@ class Trainer:
         per_question=True adds {question id: {metric: 0-1}} under "per_question", so that two
         evaluations (e.g. before and after RL) can be compared with a paired bootstrap."""
         samples = load_questions(self.cfg.data.eval, limit=self.cfg.data.eval_n)
+        self._at("evaluation")
         self.policy.eval()
         with full_params(self.model), self._averaged():
             return self.setup.evaluate(samples, self.cfg.seed, per_question)
@@ -466,7 +473,13 @@ class Trainer:
             mods["weight_average"] = self.ema
         return mods or None
 
+    def _at(self, phase: str) -> None:
+        """Where this rank is, for the others' messages if it dies or hangs (rank_watch)."""
+        if self.ranks is not None:
+            self.ranks.at(self.step, phase)
+
     def _save(self, pending_row: dict | None = None) -> None:
+        self._at("checkpoint")
         if self.sharded:   # a collective: every rank sends its shard of the state to rank 0
             self.optimizer.consolidate_state_dict(to=0)
         model_state = opt_state = None
