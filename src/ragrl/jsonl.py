@@ -23,16 +23,38 @@ def iter_json_objects(raw: bytes, name: str, error: type[RagrlError] = RagrlErro
         except (OSError, EOFError) as e:
             raise error(f"{name}: not a valid gzip file ({e})") from None
     for lineno, line_bytes in enumerate(raw.split(b"\n"), start=1):
-        try:
-            line = line_bytes.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise error(f"{name}:{lineno}: invalid UTF-8 at byte {e.start}") from None
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise error(f"{name}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(row, dict):
-            raise error(f"{name}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        yield lineno, row
+        if (row := _parse_line(line_bytes, name, lineno, error)) is not None:
+            yield lineno, row
+
+
+def iter_json_file(path, error: type[RagrlError] = RagrlError) -> Iterator[tuple[int, dict]]:
+    """iter_json_objects over a file read a line at a time (gzip or plain): a 100 MB file is never
+    held whole."""
+    with open(path, "rb") as probe:
+        gzipped = probe.read(2) == GZIP_MAGIC
+    try:
+        with (gzip.open(path, "rb") if gzipped else open(path, "rb")) as f:
+            for lineno, line_bytes in enumerate(f, start=1):
+                if (row := _parse_line(line_bytes, str(path), lineno, error)) is not None:
+                    yield lineno, row
+    except (OSError, EOFError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise error(f"{path}: not a valid gzip file ({e})") from None
+
+
+def _parse_line(line_bytes: bytes, name: str, lineno: int, error: type[RagrlError]) -> dict | None:
+    """One line's object, None for a blank line; anything else is an error naming file and line."""
+    try:
+        line = line_bytes.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{name}:{lineno}: invalid UTF-8 at byte {e.start}") from None
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise error(f"{name}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise error(f"{name}:{lineno}: expected a JSON object, got {type(row).__name__}")
+    return row

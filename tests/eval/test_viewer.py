@@ -272,3 +272,22 @@ def test_ten_thousand_retrieval_questions_render_a_page_at_a_time(tmp_path):
     first = int(re.search(r'data-first-render-ms="(\d+)"', out).group(1))
     print(f"10k retrieval questions: first page {first} ms after load, chromium run {wall:.1f} s")
     assert first < 10_000 and wall < 120, (first, wall)   # a smoke check (load + first page), not a benchmark
+
+
+def test_a_file_over_the_page_s_limit_is_streamed_and_sampled_on_the_same_questions(tmp_path):
+    d = tmp_path / "many"
+    d.mkdir()
+    write_trajectories(d / "trajectories_agent.jsonl", [traj(i, right=i % 2 == 0, searched=True) for i in range(500)])
+    write_trajectories(d / "trajectories_naive_rag.jsonl", [traj(i, right=False, searched=True) for i in range(499, -1, -1)])
+    write_trajectories(d / "trajectories_direct.jsonl", [traj(i, right=False, searched=False) for i in range(40)])
+    data = collect(d, max_per_system=50)
+    shown = {name: [t["id"] for t in rows] for name, rows in data["systems"].items()}
+    assert len(shown["agent"]) == 50 and sorted(shown["agent"]) == sorted(shown["naive_rag"])   # the same questions
+    assert len(shown["direct"]) == 40 and data["sampled"] == {"agent": [50, 500], "naive_rag": [50, 500]}
+    assert collect(d, max_per_system=50)["systems"] == data["systems"]   # the same sample every time
+    assert shown["agent"] != [f"q{i}" for i in range(50)]                # not merely the file's head
+    page = write_view(d).read_text()
+    assert "a fixed sample of question ids" in page and '"sampled": {}' in page   # the default cap: nothing sampled
+    (d / "trajectories_agent.jsonl").write_text('{"sample_id": "q1"}\n{"sample_id": \n')
+    with pytest.raises(Exception, match=r"trajectories_agent.jsonl:2: invalid JSON"):
+        collect(d)

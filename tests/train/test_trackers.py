@@ -179,3 +179,23 @@ def test_no_tracker_writes_metrics_jsonl_only(tiny_model_dir, tmp_path):
         logger.log_file(tmp_path / "eval.jsonl")   # nothing to send it to
     assert [r["loss"] for r in read_metrics(tmp_path / "run")] == [1.0]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_tracker_whose_store_cannot_be_written_stops_the_run_before_any_step(tiny_model_dir, tmp_path, monkeypatch):
+    from ragrl.train.recipe import run_recipe
+
+    tracker_env(monkeypatch, tmp_path / "home")
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the store's parent folder should be")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", blocker.as_uri() + "/mlruns")
+    cfg = tiny_trainer_config(tiny_model_dir, tmp_path, "report_to=[tensorboard,mlflow]")
+    with pytest.raises(ConfigError, match=rf"report_to: mlflow cannot write its store {blocker}/mlruns: Not a directory"):
+        run_recipe(cfg)
+    run = Path(cfg.out_dir)
+    assert read_metrics(run) == [] and not (run / "checkpoints").exists()   # stopped before step 1 (and the SFT)
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    (run / "wandb").write_text("a file named like wandb's folder")
+    cfg = tiny_trainer_config(tiny_model_dir, tmp_path, "report_to=[wandb]")
+    with pytest.raises(ConfigError, match=r"report_to: wandb cannot write its store .*/wandb: it is a file, not a folder"):
+        run_recipe(cfg)

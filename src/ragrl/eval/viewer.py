@@ -17,21 +17,41 @@ lives in the URL hash (`#a=agent&b=naive_rag&filter=wrong`), so a view can be li
 """
 from __future__ import annotations
 
+import hashlib
 import html
 import json
+import logging
 import math
 from pathlib import Path
 
 from ragrl.datasets import load_questions
 from ragrl.errors import RagrlError
 from ragrl.eval.retriever_view import RET_BAR, RET_CSS, RET_JS, RET_MAIN, ROWS_FILE, collect_retrieval, curves_dir
-from ragrl.jsonl import iter_json_objects
+from ragrl.jsonl import iter_json_file
+
+log = logging.getLogger(__name__)
 
 TEXT_LIMIT = 4000   # characters kept per action / observation (a page stays light)
+# Trajectories per system in the page: the page renders 10,000 a page of 50 at a time (tests/eval/test_viewer);
+# a 100 MB dump whole would make a page a browser struggles to open. Files are streamed, and over this
+# sampled (_slim_file); benchmarks/viewer.py times a 100 MB file.
+MAX_PER_SYSTEM = 10_000
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return [row for _, row in iter_json_objects(path.read_bytes(), str(path))]
+    return [row for _, row in iter_json_file(path)]
+
+
+def _slim_file(path: Path, limit: int) -> tuple[list[dict], int]:
+    """(the page's trajectories of one file, how many the file holds), read a line at a time. Over
+    `limit`, a fixed sample: the trajectories of the `limit` question ids whose SHA-1 is smallest, so
+    every system of one comparison shows the same questions, and the same on every run of `view`."""
+    ids = [str(row.get("sample_id")) for _, row in iter_json_file(path)]
+    if len(ids) <= limit:
+        return [_slim(row) for _, row in iter_json_file(path)], len(ids)
+    keep = set(sorted(set(ids), key=lambda i: hashlib.sha1(i.encode()).hexdigest())[:limit])
+    rows = [_slim(row) for _, row in iter_json_file(path) if str(row.get("sample_id")) in keep]
+    return rows[:limit], len(ids)
 
 
 def _slim(t: dict) -> dict:
@@ -46,17 +66,22 @@ def _slim(t: dict) -> dict:
             "format_errors": t.get("format_errors", 0), "stop": t.get("stop_reason", ""), "turns": turns}
 
 
-def collect(run_dir: str | Path) -> dict:
+def collect(run_dir: str | Path, max_per_system: int = MAX_PER_SYSTEM) -> dict:
     """Everything the page needs from a directory: {systems: {name: [trajectory]}, gold_ids, curves,
-    flat (the metrics constant throughout: {name: value}), retrieval (ragrl.eval.retriever_view)}."""
+    flat (the metrics constant throughout: {name: value}), retrieval (ragrl.eval.retriever_view),
+    sampled ({system: [shown, held]} for a file over `max_per_system` trajectories: _slim_file)}."""
     d = Path(run_dir)
     if not d.is_dir():
         raise RagrlError(f"{d}: not a directory")
     systems: dict[str, list[dict]] = {}
-    for p in sorted(d.glob("trajectories_*.jsonl")):
-        systems[p.stem.removeprefix("trajectories_")] = [_slim(t) for t in _read_jsonl(p)]
-    for p in sorted((d / "trajectories").glob("step_*.jsonl")) if (d / "trajectories").is_dir() else []:
-        systems[f"train {p.stem}"] = [_slim(t) for t in _read_jsonl(p)]
+    sampled: dict[str, list[int]] = {}   # {system: [shown, held]} where a file holds more than the page shows
+    files = [(p.stem.removeprefix("trajectories_"), p) for p in sorted(d.glob("trajectories_*.jsonl"))]
+    if (d / "trajectories").is_dir():
+        files += [(f"train {p.stem}", p) for p in sorted((d / "trajectories").glob("step_*.jsonl"))]
+    for name, p in files:
+        systems[name], held = _slim_file(p, max_per_system)
+        if held > len(systems[name]):
+            sampled[name] = [len(systems[name]), held]
     retrieval = collect_retrieval(d)
     metrics_dir = d if (d / "metrics.jsonl").is_file() else curves_dir(d) if retrieval else None
     curves = _read_jsonl(metrics_dir / "metrics.jsonl") if metrics_dir else []
@@ -82,11 +107,13 @@ def collect(run_dir: str | Path) -> dict:
     flat = {k: v[0][1] for k, v in curve.items() if len(v) > 1 and len({y for _, y in v}) == 1}
     curve = {k: v for k, v in curve.items() if k not in flat}
     return {"title": str(d), "systems": systems, "gold_ids": gold_ids, "curves": curve, "flat": flat,
-            "retrieval": retrieval}
+            "retrieval": retrieval, "sampled": sampled}
 
 
 def write_view(run_dir: str | Path, out: str | Path | None = None) -> Path:
     data = collect(run_dir)
+    for name, (shown, held) in data["sampled"].items():
+        log.info("view: %s holds %d trajectories; the page shows a fixed sample of %d questions", name, held, shown)
     out = Path(out) if out else Path(run_dir) / "view.html"
     payload = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")   # never closes the script tag
     page = PAGE.replace("__RET_CSS__", RET_CSS).replace("__RET_BAR__", RET_BAR).replace("__RET_MAIN__", RET_MAIN)
@@ -124,7 +151,7 @@ __RET_CSS__</style></head><body>
  <button id="prev">&lt;</button><span id="page" class="meta"></span><button id="next">&gt;</button></span>
 __RET_BAR__
 </header>
-<main><div id="curves"></div><div id="flat" class="meta"></div><div id="none" class="meta" hidden>No per-question
+<main><div id="curves"></div><div id="flat" class="meta"></div><div id="sampled" class="meta"></div><div id="none" class="meta" hidden>No per-question
 results here (trajectories_*.jsonl, trajectories/ or retrieval_per_question.jsonl): curves only. A retriever run's
 results: ragrl eval --run RUN --systems retrieval --out OUT, then ragrl view OUT.</div><div id="list"></div>__RET_MAIN__</main>
 <script id="data" type="application/json">__DATA__</script>
@@ -239,6 +266,8 @@ $('prev').onclick = () => setState({page: Math.max(0, state().page - 1)});
 $('next').onclick = () => setState({page: state().page + 1});
 $('view').onchange = e => setState({view: e.target.value});
 if (D.retrieval) rInit();
+$('sampled').textContent = Object.entries(D.sampled || {}).map(([k, [n, m]]) => `${k}: ${n} of its ${m} `
+  + 'trajectories, a fixed sample of question ids (the same in every system)').join('; ');
 window.onhashchange = show; curves(); show();
 document.body.dataset.firstRenderMs = Math.round(performance.now());   // load to first page shown (tests read it)
 </script></body></html>

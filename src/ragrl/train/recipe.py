@@ -25,6 +25,7 @@ from ragrl.train.distributed import close_distributed, dist_info
 from ragrl.train.progress import sft_progress
 from ragrl.train.rng import seed_everything
 from ragrl.train.run_dir import prepare_run_dir, record_stage, setup_file_logging
+from ragrl.train.trackers import check_tracker_stores
 from ragrl.train.setup import default_retriever
 from ragrl.train.sft import run_sft
 from ragrl.train.trainer import Trainer
@@ -128,6 +129,8 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
     # SFT's log lines land in train.log as it works.
     prepare_run_dir(run_dir, resume=resume)
     setup_file_logging(run_dir, rank=rank)
+    if rank == 0:   # a tracker that cannot write is refused before the SFT stage, not after it
+        check_tracker_stores(cfg.report_to, run_dir)
     retriever = None   # the setup builds what its policy needs (a retriever policy samples its own)
     sft_adapter = run_dir / "sft" / "adapter"
     if cfg.sft.steps > 0 and not cfg.model.init_adapter:

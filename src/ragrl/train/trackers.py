@@ -30,6 +30,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import yaml
 
@@ -145,15 +146,49 @@ class MlflowTracker:
 TRACKERS = {"wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
+def tracker_store(name: str, run_dir) -> str:
+    """Where tracker `name` writes for a run in `run_dir`: a local folder, or an MLflow server's URI."""
+    if name == "wandb":
+        return str(Path(run_dir) / "wandb")   # start() passes dir=run_dir: WANDB_DIR does not apply
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or (Path(run_dir) / "mlruns").resolve().as_uri()
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def check_tracker_stores(report_to, run_dir) -> None:
+    """Refuse, naming it, a tracker whose local store cannot be written: before any training (the
+    trackers themselves would fail later, or lose rows). A tracker server is checked when it starts."""
+    for name in (n for n in report_to if n in TRACKERS):
+        store = tracker_store(name, run_dir)
+        if "://" in store:
+            continue
+        if Path(store).exists() and not Path(store).is_dir():
+            raise ConfigError(f"report_to: {name} cannot write its store {store}: it is a file, not a folder; "
+                              f"move it away, or leave {name} out of report_to")
+        try:
+            Path(store).mkdir(parents=True, exist_ok=True)
+            probe = Path(store) / f".ragrl-write-probe-{os.getpid()}"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"report_to: {name} cannot write its store {store}: {e.strerror or e}; fix that "
+                              f"path, or leave {name} out of report_to") from e
+
+
 def make_trackers(report_to, run_dir, run_name, config, resume: bool) -> list:
     """Start the trackers of `report_to` (tensorboard is MetricsLogger's); a resume continues the runs
-    whose ids run_dir/trackers.json keeps, a fresh run starts new ones and keeps their ids there."""
+    whose ids run_dir/trackers.json keeps, a fresh run starts new ones and keeps their ids there. A
+    tracker that cannot write its store, or fails to start, stops the run here, naming it and the store."""
+    check_tracker_stores(report_to, run_dir)
     stored = _read_ids(run_dir) if resume else {}
     started: dict = {}
     try:
         for name in (n for n in report_to if n in TRACKERS):
             started[name] = TRACKERS[name](**stored.get(name, {}))
-            started[name].start(run_dir, run_name, config)
+            try:
+                started[name].start(run_dir, run_name, config)
+            except Exception as e:   # noqa: BLE001 - wandb's and MLflow's errors share no base class
+                raise ConfigError(f"report_to: {name} could not start its run in {tracker_store(name, run_dir)}: "
+                                  f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}") from e
     except BaseException:
         for tracker in started.values():   # close() is safe on one whose start failed
             tracker.close(failed=True)
