@@ -52,8 +52,8 @@ def _interrupted() -> None:
 
 def main() -> None:
     """Entry point that turns user-fixable errors into one clear line (exit code 2; a run that stopped
-    on a fault exits with its own code: 75 retrieval outage, 3 collapse, see ragrl.errors; Ctrl-C 130,
-    SIGTERM 143)."""
+    on a fault exits with its own code: 75 retrieval outage, 3 collapse, 74 a full disk, 69 a rank lost,
+    see ragrl.errors; Ctrl-C 130, SIGTERM 143)."""
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         code = app(standalone_mode=False)
