@@ -6,9 +6,11 @@ machines do. Each agent watches only its own rank, so the survivor's exit is rag
 launcher's (one agent with two ranks kills the survivor itself when a rank dies, and names the
 rank in its own summary). The unit tests watch two RankWatch threads over a real TCPStore.
 """
+import contextlib
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -110,9 +112,10 @@ def setup(tmp_path_factory, tiny_model_dir):
     return {"root": root, "sets": sets, "env": env}
 
 
-def launch(setup, out: Path, steps: int, *extra: str, fault_env: dict | None = None, timeout=300):
+def launch(setup, out: Path, steps: int, *extra: str, fault_env: dict | None = None, timeout=300, wait_for=(0, 1)):
     """Two torchrun agents (node ranks 0 and 1, one process each); -> ([rc0, rc1], [log0, log1], seconds
-    from the first agent's exit to the last's)."""
+    from the first agent's exit to the last's). Only the agents in `wait_for` must exit by themselves;
+    the others are killed (their process group) once those have."""
     port = free_port()
     sets = {**setup["sets"], "out_dir": out, "steps": steps}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
@@ -126,18 +129,18 @@ def launch(setup, out: Path, steps: int, *extra: str, fault_env: dict | None = N
                                        stderr=subprocess.STDOUT, start_new_session=True), log))
     ended = {}
     deadline = time.monotonic() + timeout
-    while len(ended) < 2 and time.monotonic() < deadline:
+    while not set(wait_for) <= set(ended) and time.monotonic() < deadline:
         for i, (p, _) in enumerate(procs):
             if i not in ended and p.poll() is not None:
                 ended[i] = time.monotonic()
         time.sleep(0.1)
     for p, log in procs:
         if p.poll() is None:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)   # the agent and its rank (a stopped rank too)
         p.wait()
         log.close()
     logs = [Path(log.name).read_text() for _, log in procs]
-    assert len(ended) == 2, "an agent did not exit within the test's bound:\n" + every_rank_says(out, logs)
+    assert set(wait_for) <= set(ended), "an agent did not exit within the test's bound:\n" + every_rank_says(out, logs)
     return [p.returncode for p, _ in procs], logs, max(ended.values()) - min(ended.values())
 
 
@@ -192,3 +195,24 @@ def test_a_hung_rank_stops_the_other_at_the_collective_timeout_naming_it(setup):
     # rank 1's own thread sees the store's holder (agent 0) go, and leaves its hung main thread
     assert "the process group's store stopped answering" in logs[1], said
     assert took < 240, said   # far under the 600 s hang
+
+
+def test_a_frozen_rank_is_named_by_the_other_within_its_silence_bound(setup):
+    """Rank 1 SIGSTOPs itself in step 1's rollout: no thread of it runs, so its heartbeat stops. Rank 0,
+    blocked in the step's collective (whose 10 s timeout would also end it), leaves from its watch thread
+    after guard.rank_silence_s (5 s), naming rank 1 and its last step. Agent 1, still waiting on its
+    stopped rank, is the launcher's (or the user's) to end; the test kills it."""
+    out, pidfile = setup["root"] / "frozen", setup["root"] / "frozen.pid"
+    try:
+        rcs, logs, _ = launch(setup, out, 3, "--set", "guard.collective_timeout_s=120", wait_for=(0,), fault_env={
+            "RAGRL_TEST_RANK_FAULT": "stop", "RAGRL_TEST_FAULT_RANK": "1", "RAGRL_TEST_FAULT_STEP": "1",
+            "RAGRL_TEST_FAULT_PIDFILE": str(pidfile)})
+    finally:   # the stopped rank outlives its killed agent (torchrun gives it a session of its own)
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    said = every_rank_says(out, logs)
+    assert rcs[0] != 0 and "exitcode: 69" in logs[0], said
+    assert "rank 1 stopped responding: no heartbeat for" in logs[0], said
+    assert "guard.rank_silence_s=5; its last beat: step 1, rollout" in logs[0], said
+    assert "rank 1 stopped responding" in (out / "train.log").read_text()   # in rank 0's log file too

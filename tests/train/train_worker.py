@@ -7,9 +7,11 @@ Env:   RAGRL_TEST_HANG_AT_CHECKPOINT=K   while writing checkpoint step K, after 
        RAGRL_TEST_DISK_FULL_AT_CHECKPOINT=K
                                          while writing checkpoint step K, optimizer.pt gets half
                                          its bytes and then ENOSPC, as on a full disk.
-       RAGRL_TEST_RANK_FAULT=kill|hang   in rank RAGRL_TEST_FAULT_RANK's rollout of step
-       RAGRL_TEST_FAULT_RANK=R           RAGRL_TEST_FAULT_STEP: SIGKILL itself, or hang its main
-       RAGRL_TEST_FAULT_STEP=K           thread for 10 minutes (its threads go on).
+       RAGRL_TEST_RANK_FAULT=kill|stop|hang  in rank RAGRL_TEST_FAULT_RANK's rollout of step
+       RAGRL_TEST_FAULT_RANK=R           RAGRL_TEST_FAULT_STEP: SIGKILL itself, SIGSTOP itself (every
+       RAGRL_TEST_FAULT_STEP=K           thread frozen), or hang its main thread for 10 minutes
+                                         (its threads go on). stop writes its pid to
+                                         RAGRL_TEST_FAULT_PIDFILE first.
 Everything else is the real CLI and trainer.
 """
 import errno
@@ -57,8 +59,12 @@ def install_rank_fault(kind: str, rank: int, step: int) -> None:
 
     def roll_out(self, samples):
         if self.rank == rank and self.step == step:
-            if kind == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
+            if kind == "stop":
+                time.sleep(1)   # frozen partway into the rollout: its heartbeat has said so by then
+                # torchrun starts a rank in a session of its own: the test ends it by this pid
+                Path(os.environ["RAGRL_TEST_FAULT_PIDFILE"]).write_text(str(os.getpid()))
+            if kind in ("kill", "stop"):
+                os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
             time.sleep(600)
         return real_roll_out(self, samples)
 
