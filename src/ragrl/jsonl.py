@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterator
 
 from ragrl.errors import RagrlError
@@ -33,13 +34,11 @@ def iter_json_file(path, error: type[RagrlError] = RagrlError) -> Iterator[tuple
     with open(path, "rb") as probe:
         gzipped = probe.read(2) == GZIP_MAGIC
     try:
-        with (gzip.open(path, "rb") if gzipped else open(path, "rb")) as f:
+        with (gzip.open if gzipped else open)(path, "rb") as f:
             for lineno, line_bytes in enumerate(f, start=1):
                 if (row := _parse_line(line_bytes, str(path), lineno, error)) is not None:
                     yield lineno, row
-    except (OSError, EOFError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
+    except (gzip.BadGzipFile, zlib.error, EOFError) as e:   # only a gzip stream raises these
         raise error(f"{path}: not a valid gzip file ({e})") from None
 
 

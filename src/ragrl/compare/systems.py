@@ -246,9 +246,8 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
             out[system.name] = {**done[digest], "reused": "identical to " + done[digest]["name"]}
             continue
         stored, meta = cache_dir / f"{digest}.jsonl", cache_dir / f"{digest}.json"
-        trajs = cached_entry(stored, meta, key, system.name, len(ctx.samples))
-        if trajs is not None:
-            entry = {"trajectories": trajs, "wall_s": json.loads(meta.read_text())["wall_s"], "reused": "cached"}
+        if (cached := cached_entry(stored, meta, key, system.name, len(ctx.samples))) is not None:
+            entry = {"trajectories": cached[0], "wall_s": cached[1], "reused": "cached"}
         else:
             t0 = time.perf_counter()
             trajs = annotate(episodes_of(system, ctx), ctx.samples, ctx)
@@ -263,8 +262,8 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
     return out
 
 
-def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int):
-    """The trajectories a cache entry holds for `key`, or None to (re)compute them: no entry, another
+def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int) -> tuple[list, float] | None:
+    """(the trajectories, the wall seconds) a cache entry holds for `key`, or None to (re)compute them: no entry, another
     key, or an entry that fails its checks. A damaged entry (its record unreadable, its trajectories
     changed since they were written, or fewer rows than questions) is said in the log, never trusted."""
     if not (stored.is_file() and meta.is_file()):
@@ -293,4 +292,4 @@ def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int):
     if problem is not None:
         log.warning("cache entry %s (%s) is damaged: %s; evaluating it again", stored, name, problem)
         return None
-    return trajs
+    return trajs, kept["wall_s"]

@@ -46,9 +46,13 @@ def _slim_file(path: Path, limit: int) -> tuple[list[dict], int]:
     """(the page's trajectories of one file, how many the file holds), read a line at a time. Over
     `limit`, a fixed sample: the trajectories of the `limit` question ids whose SHA-1 is smallest, so
     every system of one comparison shows the same questions, and the same on every run of `view`."""
-    ids = [str(row.get("sample_id")) for _, row in iter_json_file(path)]
+    ids, rows = [], []
+    for _, row in iter_json_file(path):   # one pass, keeping at most `limit` pages' rows
+        ids.append(str(row.get("sample_id")))
+        if len(ids) <= limit:
+            rows.append(_slim(row))
     if len(ids) <= limit:
-        return [_slim(row) for _, row in iter_json_file(path)], len(ids)
+        return rows, len(ids)
     keep = set(sorted(set(ids), key=lambda i: hashlib.sha1(i.encode()).hexdigest())[:limit])
     rows = [_slim(row) for _, row in iter_json_file(path) if str(row.get("sample_id")) in keep]
     return rows[:limit], len(ids)

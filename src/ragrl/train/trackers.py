@@ -97,7 +97,7 @@ class MlflowTracker:
         from mlflow.exceptions import MlflowException  # optional dependency: ragrl[mlflow]
         from mlflow.tracking import MlflowClient  # optional dependency: ragrl[mlflow]
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (Path(run_dir) / "mlruns").resolve().as_uri()
+        uri = mlflow_uri(run_dir)
         if uri.startswith("file:"):   # MLflow 3 refuses its file store (in maintenance mode) unless told
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         if uri != self.tracking_uri:  # the stored run lives in another store: a new run
@@ -146,11 +146,16 @@ class MlflowTracker:
 TRACKERS = {"wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
+def mlflow_uri(run_dir) -> str:
+    """MLflow's tracking URI for a run: MLFLOW_TRACKING_URI, else a file store in run_dir/mlruns."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or (Path(run_dir) / "mlruns").resolve().as_uri()
+
+
 def tracker_store(name: str, run_dir) -> str:
     """Where tracker `name` writes for a run in `run_dir`: a local folder, or an MLflow server's URI."""
     if name == "wandb":
         return str(Path(run_dir) / "wandb")   # start() passes dir=run_dir: WANDB_DIR does not apply
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or (Path(run_dir) / "mlruns").resolve().as_uri()
+    uri = mlflow_uri(run_dir)
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
