@@ -9,7 +9,7 @@ TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src" / "ragrl"
 # Folders of tests/ that test what is not in the package: the experiments' own code, the scripts'
 # (scripts/device: dry runs of the GPU runs), snapshots.
-OUTSIDE = {"experiments", "scripts", "snapshots"}
+OUTSIDE = {"benchmarks", "experiments", "scripts", "snapshots"}
 # Tests of the whole package rather than one module.
 WHOLE = {"test_layering.py", "test_layout.py", "test_packaging.py", "test_fresh_clone.py"}
 

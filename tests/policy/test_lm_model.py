@@ -1,4 +1,9 @@
 """The training forward: the shared-prefix pass equals the plain pass (values and gradients)."""
+import json
+import os
+import subprocess
+import sys
+
 import torch
 
 from ragrl.models.tiny import make_tiny_model
@@ -147,3 +152,20 @@ def test_a_warm_started_runs_kl_reference_is_the_policy_it_starts_from(tiny_mode
                                            init_adapter=str(tmp_path / "a")))
     model = again
     assert torch.allclose(ref_lp(), lp(), atol=1e-6) and (lp() - base).abs().max() > 1e-3
+
+
+def test_saved_adapter_configs_are_the_same_bytes_whatever_the_hash_seed(tiny_model_dir, tmp_path):
+    """Found by benchmarks/soak.py: peft wrote target_modules in a set's order, which differs between
+    processes (PYTHONHASHSEED), so a resumed run's adapter_config.json differed from an uninterrupted one's."""
+    script = ("import sys; from ragrl.policy.lm_model import build_policy; from ragrl.policy.model_config import "
+              "ModelConfig; m, _, _ = build_policy(ModelConfig(name=sys.argv[1], lora=True, lora_r=4)); "
+              "m.save_pretrained(sys.argv[2])")
+    configs = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / seed
+        subprocess.run([sys.executable, "-c", script, str(tiny_model_dir), str(out)], check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True)
+        configs.append((out / "adapter_config.json").read_bytes())
+    assert configs[0] == configs[1] == configs[2]
+    modules = json.loads(configs[0])["target_modules"]
+    assert modules == sorted(modules) and len(modules) > 1

@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -421,7 +422,7 @@ def test_disk_full_mid_checkpoint_keeps_the_previous_one_and_names_path_and_free
     msg = str(err.value)
     assert "could not write checkpoint step 2 to" in msg and ".tmp_step_000002" in msg
     assert "No space left on device" in msg and "MiB free on that file system" in msg
-    assert f"the previous checkpoint {small_fs / 'checkpoints' / 'step_000001'} is intact" in msg
+    assert f"the previous intact checkpoint is {small_fs / 'checkpoints' / 'step_000001'}" in msg
     assert err.value.exit_code == 74
     ckpts = small_fs / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000001"]   # no half-written copy
@@ -431,3 +432,30 @@ def test_disk_full_mid_checkpoint_keeps_the_previous_one_and_names_path_and_free
     assert torch.equal(restored.weight, small.weight)
     save_checkpoint(small_fs, 2, model=small)   # with room again, the next save goes through
     assert latest_checkpoint(small_fs).name == "step_000002"
+
+
+def test_a_failed_write_names_the_newest_intact_checkpoint_not_a_damaged_newer_one(tmp_path, monkeypatch):
+    """Found by benchmarks/soak.py: a resume had fallen back past a damaged step_000002, whose dir
+    stays; step 2's new write then failed, and the message called the damaged dir intact."""
+    import errno
+
+    from ragrl.errors import RunWriteFailed
+    from ragrl.train import checkpoint
+
+    model = torch.nn.Linear(4, 4)
+    save_checkpoint(tmp_path, 1, model=model)
+    save_checkpoint(tmp_path, 2, model=model)
+    ckpts = tmp_path / "checkpoints"
+    weights = next(p for p in (ckpts / "step_000002").iterdir() if p.suffix == ".safetensors")
+    weights.write_bytes(weights.read_bytes()[:-5])
+
+    def full(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(checkpoint, "_write_files", full)
+    with pytest.raises(RunWriteFailed) as err:
+        save_checkpoint(tmp_path, 2, model=model)
+    assert f"the previous intact checkpoint is {ckpts / 'step_000001'}" in str(err.value)
+    for p in ckpts.glob("step_*"):
+        shutil.rmtree(p)
+    with pytest.raises(RunWriteFailed, match="no earlier intact checkpoint exists"):
+        save_checkpoint(tmp_path, 3, model=model)

@@ -82,6 +82,20 @@ def test_truncate_after_drops_replayed_steps_in_jsonl_and_tensorboard(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_resume_removes_the_temporaries_of_writes_a_kill_interrupted(tmp_path):
+    out = tmp_path / "run"
+    (out / ".tmp_best_adapter").mkdir(parents=True)
+    (out / ".tmp_best_adapter" / "adapter_model.safetensors").write_bytes(b"half")
+    (out / "best.tmp").write_text("{")
+    (out / ".training.json.tmp").write_text("{")
+    (out / "best_adapter").mkdir()
+    (out / "best.json").write_text("{}")
+    prepare_run_dir(out, resume=False)   # a fresh start in an empty-of-checkpoints dir touches nothing
+    assert (out / "best.tmp").exists()
+    prepare_run_dir(out, resume=True)
+    assert sorted(p.name for p in out.iterdir()) == ["best.json", "best_adapter"]
+
+
 def test_prepare_run_dir_refuses_to_overwrite_a_run(tmp_path):
     out = tmp_path / "runs" / "a"
     assert prepare_run_dir(out, resume=False) == out and out.is_dir()

@@ -182,7 +182,8 @@ def test_disk_full_during_a_checkpoint_stops_the_run_and_resume_matches_the_unin
     assert proc.wait(timeout=300) == 74, proc.log_path.read_text()[-3000:]
     log = proc.log_path.read_text()
     assert "could not write checkpoint step 2 to" in log and "No space left on device" in log
-    assert "MiB free on that file system" in log and "step_000001 is intact" in log
+    assert "MiB free on that file system" in log and "previous intact checkpoint is" in log
+    assert "step_000001. Free some space" in log
     assert "Traceback" not in log   # one line, not a stack
     ckpts = out / "checkpoints"
     assert marker(out) == "step_000001" and not list(ckpts.glob(".tmp_*")) and not (ckpts / "step_000002").exists()

@@ -57,11 +57,21 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
                               target_modules=list(cfg.lora_targets), layers_to_transform=layers,
                               task_type="CAUSAL_LM")
             model = get_peft_model(model, lcfg)
+        stable_target_modules(model)
     value_head = ValueHead(model.config.hidden_size).to(device) if with_value_head else None
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("policy %s on %s: %.1fM trainable parameters%s", cfg.name, device, n_train / 1e6,
              " (LoRA)" if cfg.lora else "")
     return model, tok, value_head
+
+
+def stable_target_modules(model) -> None:
+    """peft holds target_modules as a set, and save_pretrained writes it in the set's order, which
+    changes with each process's hash seed: the same weights wrote different adapter_config.json
+    bytes (and so different checkpoint manifests) after a resume. A sorted list writes the same."""
+    for config in model.peft_config.values():
+        if isinstance(config.target_modules, set):
+            config.target_modules = sorted(config.target_modules)
 
 
 def resolve_device(name: str = "auto", setting: str = "model.device") -> torch.device:

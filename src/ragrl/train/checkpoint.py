@@ -157,9 +157,10 @@ def _publish(root: Path, tmp: Path, final: Path) -> None:
 def _write_failure(root: Path, path: Path, step: int, error: Exception) -> str:
     """One message for a checkpoint that could not be written: the path, why, the free space, and
     the checkpoint a `--resume` goes on from."""
-    marker = _read_marker(root)
-    kept = (f"the previous checkpoint {root / marker} is intact" if marker and (root / marker).is_dir()
-            else "no earlier checkpoint exists")
+    # Named only once verified: the newest dir may be one a resume already found damaged.
+    intact = next((p for p in _candidates(root) if verify_checkpoint(p) is None), None)
+    kept = (f"the previous intact checkpoint is {intact}" if intact is not None
+            else "no earlier intact checkpoint exists")
     return (f"could not write checkpoint step {step} to {path}: {write_failure_reason(root, error)}; "
             f"{kept}. Free some space and run the same command with --resume")
 
@@ -313,6 +314,13 @@ def verify_checkpoint(ckpt_dir: Path) -> str | None:
     return None if (ckpt_dir / STATE_FILE).is_file() else f"{STATE_FILE} is missing"
 
 
+def _candidates(root: Path) -> list[Path]:
+    """The checkpoints to resume from, in order: the `latest` marker's, then every other `step_*` dir, newest first."""
+    name = _read_marker(root)
+    marked = root / name if name is not None and STEP_DIR.match(name) and (root / name).is_dir() else None
+    return ([marked] if marked else []) + [p for p in reversed(_step_dirs(root)) if p != marked]
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint dir to resume from, or None if the run has none.
 
@@ -324,10 +332,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     root = checkpoints_dir(run_dir)
     name = _read_marker(root)
     steps = _step_dirs(root)
-    marked = None
-    if name is not None and STEP_DIR.match(name) and (root / name).is_dir():
-        marked = root / name
-    candidates = ([marked] if marked else []) + [p for p in reversed(steps) if p != marked]
+    candidates = _candidates(root)
+    marked = candidates[0] if candidates and candidates[0].name == name else None
     damaged: list[tuple[Path, str]] = []
     chosen = None
     for path in candidates:

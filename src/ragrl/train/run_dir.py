@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -104,7 +105,23 @@ def prepare_run_dir(out_dir: Path, *, resume: bool) -> Path:
         raise RagrlError(f"run dir {run_dir} already has checkpoints; "
                          "pass --resume or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if resume:
+        remove_stale_temporaries(run_dir)
     return run_dir
+
+
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """A run killed while exporting (best_adapter, final_adapter, best.json, training.json) leaves the
+    half-written temporary that every such write goes through; a resumed run writes them again, so
+    the leftovers go (a later export clears its own, but a best policy that never improves again
+    would keep it for good)."""
+    for path in sorted(run_dir.glob(".tmp_*")) + sorted(run_dir.glob("*.tmp")) + sorted(run_dir.glob(".*.tmp")):
+        # Every rank prepares the dir: another may have removed it first.
+        log.info("removing a temporary left by an interrupted write: %s", path)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _has_checkpoints(run_dir: Path) -> bool:
