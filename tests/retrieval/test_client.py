@@ -136,7 +136,7 @@ def test_client_gives_up_on_5xx_after_max_wait(index):
         t0 = time.monotonic()
         with pytest.raises(RetrievalUnavailable, match="did not answer for 0.5 s .*last error: HTTP 500"):
             client.search(["who wrote hamlet"], 3)
-        assert 0.5 <= time.monotonic() - t0 < 1.5
+        assert 0.5 <= time.monotonic() - t0 < 3.5   # bounds loose enough for a machine under load
         assert 10**6 - flaky.failures_left >= 3  # it kept trying, not just waited
 
 
@@ -181,7 +181,7 @@ def test_client_waits_out_a_server_restart(index, caplog):
             thread.join(30)
         assert hits == index.search(query, 3)
         assert elapsed >= launched[0] - down >= downtime  # it answered only once the new server was started
-        assert elapsed < ready[0] - down + 1.5  # ... and soon after: max_backoff 0.25 s
+        assert elapsed < ready[0] - down + 4.0  # ... and soon after (max_backoff 0.25 s; loose for a loaded machine)
         [warning] = client_log(caplog, logging.WARNING)
         assert url in warning and "ConnectError" in warning
         assert any("answers again" in line for line in client_log(caplog, logging.INFO))
@@ -204,7 +204,7 @@ def test_client_raises_unavailable_when_the_server_stays_away(index, caplog):
             elapsed = time.monotonic() - t0
     finally:
         stop(proc)
-    assert 3.0 <= elapsed < 3.0 + 1.0
+    assert 3.0 <= elapsed < 3.0 + 3.0
     e = err.value
     assert isinstance(e, RetrievalHTTPError) and e.status is None
     assert e.url == url and 3.0 <= e.waited_s <= elapsed
@@ -230,7 +230,7 @@ def test_max_wait_zero_makes_one_attempt(index, asynchronous):
             else:
                 with RetrievalClient(url, max_wait_s=0, backoff=5.0) as client:
                     client.search(["who wrote hamlet"], 3)
-        assert time.monotonic() - t0 < 2.0 and flaky.failures_left == 9
+        assert time.monotonic() - t0 < 4.0 and flaky.failures_left == 9
 
 
 def test_async_client_waits_on_connection_errors_then_raises():
@@ -243,7 +243,7 @@ def test_async_client_waits_on_connection_errors_then_raises():
 
     t0 = time.monotonic()
     errors = asyncio.run(search())
-    assert 0.5 <= time.monotonic() - t0 < 1.5
+    assert 0.5 <= time.monotonic() - t0 < 3.5
     for e in errors:
         assert isinstance(e, RetrievalUnavailable) and e.url == url and "ConnectError" in str(e)
 
@@ -266,6 +266,11 @@ def test_make_retriever(url, index):
     remote = make_retriever(url, max_wait_s=0)
     assert isinstance(remote, RetrievalClient) and remote.search(["hamlet"], 2) == index.search(["hamlet"], 2)
     remote.close()
+    with ServerThread(create_app(Counting(index), ServerSettings(**SMALL))) as url2:
+        replicas = retriever_for(f"{url}, {url2}/", None, wait_s=1)   # data.index naming replicas
+        assert isinstance(replicas, RetrievalClient) and replicas.urls == [url, url2]
+        assert replicas.search(["hamlet"], 2) == index.search(["hamlet"], 2)
+        replicas.close()
     with pytest.raises(RagrlError, match="neither an http"):
         make_retriever("/no/such/index")
     with pytest.raises(RagrlError, match="unsupported retriever URL"):
@@ -289,3 +294,79 @@ def test_retriever_for_and_the_trainer_pass_the_wait_to_a_server_only(url, index
     trainer = default_retriever(cfg)
     assert isinstance(trainer, RetrievalClient) and trainer.max_wait_s == 42.0
     trainer.close()
+
+
+class OtherIndex(Counting):
+    """The real index, announced in /health as another corpus's (a replica of the wrong index)."""
+
+    def __init__(self, index):
+        super().__init__(index)
+        self.manifest = {**index.manifest, "corpus_sha256": "0" * 64}
+
+
+def test_a_client_of_two_replicas_spreads_its_requests_over_both(index):
+    a, b = Counting(index), Counting(index)
+    with ServerThread(create_app(a)) as url_a, ServerThread(create_app(b)) as url_b:
+        with RetrievalClient(f"{url_a},{url_b}") as client:
+            queries = demo_questions(4)
+            for _ in range(6):
+                assert client.search(queries, 3) == index.search(queries, 3)
+    assert len(a.batches) >= 2 and len(b.batches) >= 2   # in turn, not all on the first
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_client_of_two_replicas_goes_on_without_waiting_when_one_goes_away(index, caplog, asynchronous):
+    queries, expected = demo_questions(3), index.search(demo_questions(3), 3)
+    a, b = ServerThread(create_app(Counting(index))), ServerThread(create_app(Counting(index)))
+    urls = [a.start(), b.start()]
+    seen = {}
+
+    def scenario(search):   # search(n) -> n results; the same steps for both clients
+        assert search(2) == [expected] * 2
+        a.stop()
+        with caplog.at_level(logging.INFO, logger="ragrl.retrieval"):
+            assert search(6) == [expected] * 6
+        seen["warnings"] = client_log(caplog, logging.WARNING)
+        b.stop()   # both gone: the usual wait, then the usual error naming both
+        with pytest.raises(RetrievalUnavailable) as err:
+            search(1)
+        seen["error"] = err.value
+
+    options = dict(max_wait_s=2, backoff=0.05, max_backoff=0.2, seed=0)
+    try:
+        if asynchronous:
+            async def run():
+                async with AsyncRetrievalClient(urls, **options) as client:
+                    loop = asyncio.get_running_loop()
+
+                    async def many(n):
+                        return [await client.search(queries, 3) for _ in range(n)]
+                    # The scenario's blocking steps run in a thread; its searches on this loop.
+                    await asyncio.to_thread(scenario, lambda n: asyncio.run_coroutine_threadsafe(many(n), loop).result())
+            asyncio.run(run())
+        else:
+            with RetrievalClient(urls, **options) as client:
+                scenario(lambda n: [client.search(queries, 3) for _ in range(n)])
+    finally:
+        for server in (a, b):
+            if server.thread.is_alive():
+                server.stop()
+    # No call waited: the one warning while a replica was down is the replica's, not an outage's.
+    warnings = seen["warnings"]
+    assert len(warnings) == 1 and urls[0] in warnings[0] and "the other 1 take its requests" in warnings[0]
+    assert f"{urls[0]},{urls[1]}" in str(seen["error"]) and seen["error"].waited_s >= 2.0
+
+
+def test_replicas_of_different_indexes_are_refused_by_name(index):
+    with ServerThread(create_app(Counting(index))) as url_a, ServerThread(create_app(OtherIndex(index))) as url_b:
+        with RetrievalClient([url_a, url_b]) as client, \
+                pytest.raises(RagrlError, match=rf"replicas {re.escape(url_a)} and {re.escape(url_b)} serve "
+                                                r"different indexes .* differ in corpus_sha256"):
+            client.search(["hamlet"], 3)
+
+
+def test_replica_lists_are_checked_before_any_request():
+    with pytest.raises(RagrlError, match="must start with http"):
+        RetrievalClient("http://127.0.0.1:1,ftp://x")
+    with pytest.raises(RagrlError, match="name one server twice"):
+        RetrievalClient("http://127.0.0.1:1,http://127.0.0.1:1/")

@@ -9,10 +9,18 @@ full-jitter exponential backoff (`backoff_delays`) for up to `max_wait_s` (defau
 the first failed attempt, so a restarting `ragrl serve` does not end a training run. Waiting logs
 a WARNING (URL and reason) and then an INFO line about every 10 s on the "ragrl.retrieval" logger;
 a server still away after that raises `RetrievalUnavailable`.
+
+Replicas: `url` may name several servers of the same index ("http://a:8000,http://b:8000", or a
+list). Calls go to them in turn; a replica that fails is skipped for `replica_rest_s` (each call
+still tries it last), and the call moves on to the next at once, so one replica going away costs
+no wait while another answers. Only when every replica has failed does the call wait, by the rules
+above, until one answers. The replicas that answer at first contact must serve the same index
+(their /health manifests agree), or the client refuses them by name.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import threading
@@ -114,16 +122,26 @@ class _Base:
     # dozens of concurrent rollouts waiting on one server should not flood the log).
     notice_every_s = 10.0
 
-    def __init__(self, url: str, *, topk_default: int = 3, timeout: float = 10.0, max_wait_s: float = 120.0,
-                 backoff: float = 0.2, max_backoff: float = 5.0, seed: int | None = None,
+    # A replica that failed is tried last for this long, then takes its turn again.
+    replica_rest_s = 5.0
+
+    def __init__(self, url: str | list[str], *, topk_default: int = 3, timeout: float = 10.0,
+                 max_wait_s: float = 120.0, backoff: float = 0.2, max_backoff: float = 5.0, seed: int | None = None,
                  token: str | None = None,
                  max_queries_per_request: int | None = None, max_query_chars: int | None = None):
-        if not url.startswith(("http://", "https://")):
-            raise RagrlError(f"retrieval server URL must start with http:// or https://, got {url!r}")
+        urls = [u.strip().rstrip("/") for u in (url.split(",") if isinstance(url, str) else url)]
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise RagrlError(f"retrieval server URL must start with http:// or https://, got {u!r}")
+        if len(set(urls)) != len(urls):
+            raise RagrlError(f"retrieval server URLs name one server twice: {url!r}")
         if max_wait_s < 0 or backoff < 0 or max_backoff < 0:
             raise RagrlError(f"max_wait_s, backoff and max_backoff must be >= 0, got "
                              f"{max_wait_s}, {backoff}, {max_backoff}")
-        self.url = url.rstrip("/")
+        self.urls = urls
+        self.url = ",".join(self.urls)   # what messages name: every replica
+        self._turn = itertools.count()
+        self._failed_at: dict[str, float] = {}   # replica -> when it last failed
         self.topk_default = topk_default
         self.timeout = timeout
         self.max_wait_s = float(max_wait_s)
@@ -137,6 +155,39 @@ class _Base:
         self._limits = {"max_queries_per_request": max_queries_per_request, "max_query_chars": max_query_chars}
         self.manifest: dict = {}
 
+    def _order(self) -> list[str]:
+        """This attempt's replicas, in turn from the next one; those resting after a failure last."""
+        start = next(self._turn) % len(self.urls)
+        ring = self.urls[start:] + self.urls[:start]
+        now = time.monotonic()
+        return sorted(ring, key=lambda u: now - self._failed_at.get(u, -1e18) < self.replica_rest_s)
+
+    def _replica_failed(self, url: str, reason: str) -> None:
+        if len(self.urls) > 1 and url not in self._failed_at:
+            log.warning("retrieval replica %s is not answering (%s); the other %d take its requests",
+                        url, reason, len(self.urls) - 1)
+        self._failed_at[url] = time.monotonic()
+
+    def _replica_answered(self, url: str) -> None:
+        if self._failed_at.pop(url, None) is not None and len(self.urls) > 1:
+            log.info("retrieval replica %s answers again", url)
+
+    # What identifies an index in /health (the folder's name may differ between replicas' copies).
+    IDENTITY = ("kind", "corpus_sha256", "params", "encoder")
+
+    def _check_replicas(self, answers: dict[str, dict | None]) -> dict | None:
+        """The /health of the replicas that answered at first contact (None: none did, or there is
+        one replica): one index, or refused."""
+        indexes = {u: {**{k: (h.get("index") or {}).get(k) for k in self.IDENTITY}, "size": h.get("size")}
+                   for u, h in answers.items() if h is not None}
+        first = next(iter(indexes), None)
+        for u, index in indexes.items():
+            if index != indexes[first]:
+                differ = sorted(k for k in set(index) | set(indexes[first]) if index.get(k) != indexes[first].get(k))
+                raise RagrlError(f"retrieval replicas {first} and {u} serve different indexes (their /health "
+                                 f"manifests differ in {', '.join(differ)}); name replicas of one index only")
+        return answers[first] if first else None
+
     def _outcome(self, response: httpx.Response | None, error: Exception | None):
         """(payload, None) on success; (None, reason) to retry; raises on a non-retryable 4xx."""
         if error is not None:
@@ -146,7 +197,7 @@ class _Base:
             try:
                 return response.json(), None
             except ValueError:
-                raise RetrievalHTTPError(f"{self.url}: response is not JSON", status) from None
+                raise RetrievalHTTPError(f"{response.url}: response is not JSON", status) from None
         message = _error_message(response)
         if status < 500 and status not in RETRYABLE_4XX:
             raise RetrievalHTTPError(f"retrieval server refused the request (HTTP {status}): {message}", status)
@@ -224,30 +275,47 @@ class RetrievalClient(_Base):
         super().__init__(url, **options)
         self._http = httpx.Client(timeout=self.timeout, headers=self.headers)
 
+    def _attempt(self, url: str, method: str, path: str, body: dict | None):
+        try:
+            response, error = self._http.request(method, url + path, json=body), None
+        except httpx.TransportError as e:  # refused, reset, timed out, protocol error
+            response, error = None, e
+        return self._outcome(response, error)
+
     def _call(self, method: str, path: str, body: dict | None = None):
         patience = _Patience(self)
         while True:
-            try:
-                response, error = self._http.request(method, self.url + path, json=body), None
-            except httpx.TransportError as e:  # refused, reset, timed out, protocol error
-                response, error = None, e
-            payload, reason = self._outcome(response, error)
-            if reason is None:
-                self._answered()
-                return payload
+            for url in self._order():   # one replica failing moves the call on at once
+                payload, reason = self._attempt(url, method, path, body)
+                if reason is None:
+                    self._replica_answered(url)
+                    self._answered()
+                    return payload
+                self._replica_failed(url, reason)
             time.sleep(patience.next_delay(reason))
+
+    def _probe(self, url: str) -> dict | None:
+        """One GET /health of one replica: its body, or None (away, or a server without /health)."""
+        try:
+            payload, reason = self._attempt(url, "GET", "/health", None)
+        except RetrievalHTTPError:
+            return None
+        return payload if reason is None else None
 
     def health(self) -> dict:
         return self._call("GET", "/health")
 
     def _ensure_limits(self) -> None:
         if None in self._limits.values():
-            try:
-                health = self.health()
-            except RetrievalHTTPError as e:
-                if e.status is None:
-                    raise  # unreachable: no point searching either
-                health = None  # e.g. Search-R1's own server has no /health: use our defaults
+            # Several replicas: one try each, and those that answer must agree.
+            health = self._check_replicas({u: self._probe(u) for u in self.urls if len(self.urls) > 1})
+            if health is None:
+                try:
+                    health = self.health()
+                except RetrievalHTTPError as e:
+                    if e.status is None:
+                        raise  # unreachable: no point searching either
+                    health = None  # e.g. Search-R1's own server has no /health: use our defaults
             self._learn_limits(health)
 
     def search(self, queries: list[str], k: int | None = None) -> list[list[Hit]]:
@@ -277,18 +345,31 @@ class AsyncRetrievalClient(_Base):
         super().__init__(url, **options)
         self._http = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
 
+    async def _attempt(self, url: str, method: str, path: str, body: dict | None):
+        try:
+            response, error = await self._http.request(method, url + path, json=body), None
+        except httpx.TransportError as e:
+            response, error = None, e
+        return self._outcome(response, error)
+
     async def _call(self, method: str, path: str, body: dict | None = None):
         patience = _Patience(self)
         while True:
-            try:
-                response, error = await self._http.request(method, self.url + path, json=body), None
-            except httpx.TransportError as e:
-                response, error = None, e
-            payload, reason = self._outcome(response, error)
-            if reason is None:
-                self._answered()
-                return payload
+            for url in self._order():
+                payload, reason = await self._attempt(url, method, path, body)
+                if reason is None:
+                    self._replica_answered(url)
+                    self._answered()
+                    return payload
+                self._replica_failed(url, reason)
             await asyncio.sleep(patience.next_delay(reason))
+
+    async def _probe(self, url: str) -> dict | None:
+        try:
+            payload, reason = await self._attempt(url, "GET", "/health", None)
+        except RetrievalHTTPError:
+            return None
+        return payload if reason is None else None
 
     async def health(self) -> dict:
         return await self._call("GET", "/health")
@@ -296,12 +377,14 @@ class AsyncRetrievalClient(_Base):
     async def search(self, queries: list[str], k: int | None = None) -> list[list[Hit]]:
         k = check_k(self.topk_default if k is None else k, 10**9)
         if None in self._limits.values():
-            try:
-                health = await self.health()
-            except RetrievalHTTPError as e:
-                if e.status is None:
-                    raise
-                health = None
+            health = self._check_replicas({u: await self._probe(u) for u in self.urls if len(self.urls) > 1})
+            if health is None:
+                try:
+                    health = await self.health()
+                except RetrievalHTTPError as e:
+                    if e.status is None:
+                        raise
+                    health = None
             self._learn_limits(health)
         lim = self._limits
         # The same rules as search_in_chunks, written out because the calls are awaited.

@@ -278,7 +278,11 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
         size = None
     health = {
         "status": "ok",
-        "index": {"kind": manifest.get("kind"), "name": manifest.get("name") or _index_name(retriever)},
+        # kind, corpus hash, parameters and encoder say which index this is: a client of several
+        # replicas checks that they agree (retrieval/client.py).
+        "index": {"kind": manifest.get("kind"), "name": manifest.get("name") or _index_name(retriever),
+                  "corpus_sha256": manifest.get("corpus_sha256"), "params": manifest.get("params"),
+                  "encoder": manifest.get("encoder")},
         "size": size,
         "limits": {
             "max_queries_per_request": s.max_queries_per_request,

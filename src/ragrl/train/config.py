@@ -50,7 +50,8 @@ class DataConfig:
         "data.train is; keep it apart from the training questions."))
     index: str | None = setting(None, help=(
         "The index the policy searches: an index folder (`ragrl index`), `kit:<path>`, or an http:// "
-        "URL of `ragrl serve`. null: built in process over data.corpus and cached (BM25; for a "
+        "URL of `ragrl serve` (several comma-separated: replicas of one index, taken in turn; one that "
+        "goes away is skipped at once). null: built in process over data.corpus and cached (BM25; for a "
         "retriever policy a dense index over data.vectors)."))
     corpus: str | None = setting(None, help=(
         "The passages (JSON Lines) indexed when data.index is null, and where SFT warm starts read gold "
