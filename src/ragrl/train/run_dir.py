@@ -115,7 +115,8 @@ def remove_stale_temporaries(run_dir: Path) -> None:
     half-written temporary that every such write goes through; a resumed run writes them again, so
     the leftovers go (a later export clears its own, but a best policy that never improves again
     would keep it for good)."""
-    for path in sorted(run_dir.glob(".tmp_*")) + sorted(run_dir.glob("*.tmp")) + sorted(run_dir.glob(".*.tmp")):
+    # pathlib's "*" matches a leading dot too: "*.tmp" covers ".training.json.tmp".
+    for path in sorted(run_dir.glob(".tmp_*")) + sorted(run_dir.glob("*.tmp")):
         # Every rank prepares the dir: another may have removed it first.
         log.info("removing a temporary left by an interrupted write: %s", path)
         if path.is_dir():
