@@ -24,7 +24,7 @@ def iter_json_objects(raw: bytes, name: str, error: type[RagrlError] = RagrlErro
         except (OSError, EOFError) as e:
             raise error(f"{name}: not a valid gzip file ({e})") from None
     for lineno, line_bytes in enumerate(raw.split(b"\n"), start=1):
-        if (row := _parse_line(line_bytes, name, lineno, error)) is not None:
+        if (row := parse_json_line(line_bytes, name, lineno, error)) is not None:
             yield lineno, row
 
 
@@ -36,13 +36,13 @@ def iter_json_file(path, error: type[RagrlError] = RagrlError) -> Iterator[tuple
     try:
         with (gzip.open if gzipped else open)(path, "rb") as f:
             for lineno, line_bytes in enumerate(f, start=1):
-                if (row := _parse_line(line_bytes, str(path), lineno, error)) is not None:
+                if (row := parse_json_line(line_bytes, str(path), lineno, error)) is not None:
                     yield lineno, row
     except (gzip.BadGzipFile, zlib.error, EOFError) as e:   # only a gzip stream raises these
         raise error(f"{path}: not a valid gzip file ({e})") from None
 
 
-def _parse_line(line_bytes: bytes, name: str, lineno: int, error: type[RagrlError]) -> dict | None:
+def parse_json_line(line_bytes: bytes, name: str, lineno: int, error: type[RagrlError]) -> dict | None:
     """One line's object, None for a blank line; anything else is an error naming file and line."""
     try:
         line = line_bytes.decode("utf-8")

@@ -19,7 +19,7 @@ from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, method_for, settings_of
 from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.retrieval.corpus import file_sha256
-from ragrl.retrieval.index import read_manifest
+from ragrl.retrieval.index import corpus_location, read_manifest
 from ragrl.train.config import TrainConfig, load_train_file
 from ragrl.train.run_dir import check_resolved_config, read_metrics, read_training_record
 
@@ -96,7 +96,7 @@ def corpus_setting(corpus: str | None, index: str | None) -> SearchSetting:
     if index:
         folder = resolve_kit(index)
         manifest = read_manifest(folder)
-        return SearchSetting(folder / manifest["corpus_file"], manifest["corpus_sha256"], manifest["kind"], str(index))
+        return SearchSetting(corpus_location(folder, manifest), manifest["corpus_sha256"], manifest["kind"], str(index))
     path = resolve_kit(corpus) if corpus else DEMO_CORPUS
     return SearchSetting(path, _sha(path), "bm25", f"bm25({path.name})")
 

@@ -16,6 +16,8 @@ import Stemmer
 
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit
+from ragrl.retrieval import bm25_build
+from ragrl.retrieval.bm25_build import ChunkProgress, build_bm25_files
 from ragrl.retrieval.corpus import Corpus
 
 PARAMS_FILE = "ragrl_bm25.json"
@@ -38,6 +40,8 @@ class BM25Index:
 
     @classmethod
     def build(cls, corpus: Corpus, *, k1: float = 0.9, b: float = 0.4, progress: bool = False) -> "BM25Index":
+        """An index in memory (bm25s's own build: every passage's tokens at once). Index folders are
+        written by `write`, a chunk at a time, which is tested to give the same top-k as this."""
         stemmer = _stemmer()
         # The title is indexed with the text: HotpotQA questions often name the page's entity.
         docs = [f"{title}. {text}" for title, text in zip(corpus.titles, corpus.texts)]
@@ -45,6 +49,23 @@ class BM25Index:
         retriever = bm25s.BM25(k1=k1, b=b)
         retriever.index(tokens, show_progress=progress)
         return cls(corpus, retriever, k1=k1, b=b)
+
+    @classmethod
+    def write(cls, corpus: Corpus, directory: str | Path, work_dir: str | Path, *, k1: float = 0.9, b: float = 0.4,
+              progress: bool = False, chunk_rows: int | None = None) -> None:
+        """Write the index of `corpus` into `directory` a chunk of passages at a time (bm25_build):
+        what `build(...).save(directory)` writes, without the corpus's tokens all in memory.
+        `work_dir` keeps finished chunks, so a killed build started again resumes there."""
+        bar = ChunkProgress("BM25") if progress else None
+        try:
+            build_bm25_files(corpus, directory, work_dir, k1=k1, b=b, chunk_rows=chunk_rows or bm25_build.CHUNK_ROWS,
+                             progress=bar,
+                             tokenize=lambda texts: bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer(),
+                                                                   return_ids=False, show_progress=False))
+        finally:
+            if bar is not None:
+                bar.close()
+        (Path(directory) / PARAMS_FILE).write_text(json.dumps({"k1": k1, "b": b, "rows": len(corpus)}))
 
     def __len__(self) -> int:
         return len(self.corpus)
@@ -87,7 +108,8 @@ class BM25Index:
         directory = Path(directory)
         try:
             params = json.loads((directory / PARAMS_FILE).read_text())
-            retriever = bm25s.BM25.load(str(directory), show_progress=False, mmap=False)
+            # Memory-mapped: wiki-18's score arrays are ~10 GB; pages are read as queries touch them.
+            retriever = bm25s.BM25.load(str(directory), show_progress=False, mmap=True)
         except (OSError, ValueError, KeyError) as e:
             raise RagrlError(f"{directory}: BM25 index files are missing or corrupt ({e})") from None
         rows = int(retriever.scores["num_docs"])

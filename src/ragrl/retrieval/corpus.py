@@ -7,38 +7,48 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragrl.errors import CorpusError
 from ragrl.jsonl import iter_json_objects
 from ragrl.retrieval.base import Hit
+from ragrl.retrieval.passage_file import PassageFile, file_sha256
+
+__all__ = ["Corpus", "load_corpus", "open_corpus_on_disk", "file_sha256", "write_corpus"]
 
 REQUIRED_FIELDS = ("id", "title", "text")
 
 
 @dataclass
 class Corpus:
-    """Passages as three parallel lists; row i is passage i of every index built on it."""
+    """Passages by row; row i is passage i of every index built on it. In memory, `ids`, `titles`
+    and `texts` are three parallel lists; a corpus on disk (`open_corpus_on_disk`) reads each row
+    from its file by offset, and the three are read-only views of it."""
 
-    ids: list[str]
-    titles: list[str]
-    texts: list[str]
+    ids: Sequence[str]
+    titles: Sequence[str]
+    texts: Sequence[str]
     sha256: str  # of the file bytes as stored on disk (compressed bytes for .gz)
     path: str = ""
-    _row_of_id: dict[str, int] = field(init=False, repr=False, compare=False)
+    store: PassageFile | None = None  # set for a corpus on disk
+    _row_of_id: dict[str, int] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._row_of_id = {pid: i for i, pid in enumerate(self.ids)}
+        # A corpus on disk finds a row by binary search over its sorted ids, not a dict of 21M strings.
+        self._row_of_id = None if self.store is not None else {pid: i for i, pid in enumerate(self.ids)}
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def row(self, pid: str) -> int | None:
         """Row number of passage `pid`, or None if the corpus has no such id."""
-        return self._row_of_id.get(pid)
+        return self.store.row(pid) if self._row_of_id is None else self._row_of_id.get(pid)
 
     def passage(self, i: int) -> dict:
+        if self.store is not None:
+            return self.store.record(i)
         return {"id": self.ids[i], "title": self.titles[i], "text": self.texts[i]}
 
     def get(self, pid: str) -> dict | None:
@@ -47,15 +57,16 @@ class Corpus:
         return None if i is None else self.passage(i)
 
     def hit(self, i: int, score: float) -> Hit:
-        return Hit(id=self.ids[i], title=self.titles[i], text=self.texts[i], score=float(score))
+        p = self.passage(i)
+        return Hit(id=p["id"], title=p["title"], text=p["text"], score=float(score))
 
 
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes; a missing file is a CorpusError (it is always a corpus here)."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError as e:
-        raise CorpusError(f"{path}: cannot read corpus file ({e.strerror or e})") from None
+def open_corpus_on_disk(path: str | Path, table_dir: str | Path, sha256: str) -> Corpus:
+    """A plain JSON Lines corpus read by offset, through the passage table in `table_dir` (written by
+    `passage_file.write_passage_table(path, table_dir, passage_fields)`); `sha256` as recorded then."""
+    store = PassageFile(path, table_dir, passage_fields)
+    return Corpus(ids=store.column("id"), titles=store.column("title"), texts=store.column("text"),
+                  sha256=sha256, path=str(path), store=store)
 
 
 def load_corpus(path: str | Path) -> Corpus:
@@ -76,8 +87,7 @@ def load_corpus(path: str | Path) -> Corpus:
     texts: list[str] = []
     first_line_of: dict[str, int] = {}
     for lineno, row in iter_json_objects(raw, name, CorpusError):
-        row = _from_contents(row, f"{name}:{lineno}")
-        _check_fields(row, f"{name}:{lineno}")
+        row = passage_fields(row, f"{name}:{lineno}")
         pid = row["id"]
         if pid in first_line_of:
             raise CorpusError(
@@ -91,6 +101,13 @@ def load_corpus(path: str | Path) -> Corpus:
     if not ids:
         raise CorpusError(f"{name}: corpus is empty (no passages)")
     return Corpus(ids=ids, titles=titles, texts=texts, sha256=sha, path=name)
+
+
+def passage_fields(row: dict, where: str) -> dict:
+    """A corpus row's {"id", "title", "text"} (either layout), or a CorpusError naming `where`."""
+    row = _from_contents(row, where)
+    _check_fields(row, where)
+    return {key: row[key] for key in REQUIRED_FIELDS}
 
 
 def _from_contents(row: dict, where: str) -> dict:

@@ -21,6 +21,8 @@ from ragrl.errors import IndexMismatchError, RagrlError
 from ragrl.models.embedder import load_embedder
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import Corpus
+from ragrl.retrieval import dense_build
+from ragrl.retrieval.dense_build import copy_vectors, encode_to_file, make_faiss_index, recall_at_k
 
 if TYPE_CHECKING:
     import faiss
@@ -34,9 +36,7 @@ def _faiss():
 
 
 EMBEDDINGS_FILE = "embeddings.npy"
-HNSW_FILE = "hnsw.faiss"
-HNSW_NEIGHBOURS = 32  # graph degree M: the usual recall/memory balance for 384-d vectors
-HNSW_EF_CONSTRUCTION = 80
+INDEX_FILES = {"hnsw": "hnsw.faiss", "ivf_sq8": "ivf.faiss", "ivf_pq": "ivf.faiss"}   # flat: rebuilt from the vectors
 
 
 def passage_text(title: str, text: str) -> str:
@@ -65,30 +65,31 @@ def embedding_dim(model) -> int:
 
 
 def _faiss_index(embeddings: np.ndarray, hnsw: bool) -> faiss.Index:
-    dim = embeddings.shape[1]
-    if hnsw:
-        index = _faiss().IndexHNSWFlat(dim, HNSW_NEIGHBOURS, _faiss().METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-    else:
-        index = _faiss().IndexFlatIP(dim)
-    index.add(embeddings)
-    return index
+    return make_faiss_index(_faiss(), embeddings, "hnsw" if hnsw else "flat")[0]
 
 
 class DenseIndex:
-    """Cosine-similarity search over passage embeddings [rows, dim]."""
+    """Cosine-similarity search over passage embeddings [rows, dim].
 
-    def __init__(self, corpus: Corpus, encoder: str, embeddings: np.ndarray, index: faiss.Index, *, hnsw: bool):
+    `embeddings` is None for an index read from a faiss file as it ships (`load_faiss`: Search-R1's
+    and FlashRAG's wiki-18 indexes): its vectors stay in the memory-mapped faiss file, so only search
+    works, not what needs the vectors themselves (HARR's sampler). `query_prefix` is put before
+    every query (e5's "query: ")."""
+
+    def __init__(self, corpus: Corpus, encoder: str, embeddings: np.ndarray | None, index: faiss.Index, *,
+                 hnsw: bool, query_prefix: str = "", nprobe: int | None = None):
         self.corpus = corpus
         self.encoder = encoder
-        self.embeddings = embeddings  # [rows, dim] float32, unit norm (kept for rerankers/HARR)
+        self.embeddings = embeddings  # [rows, dim] float32, unit norm (kept for rerankers/HARR), or None
         self.index = index
         self.hnsw = hnsw
+        self.query_prefix = query_prefix
+        self.nprobe = nprobe          # cells an IVF index visits per query
         self.model = load_embedder(encoder)
 
     @property
     def dim(self) -> int:
-        return int(self.embeddings.shape[1])
+        return int(self.index.d)
 
     @classmethod
     def from_vectors(cls, corpus: Corpus, encoder: str, vectors: np.ndarray, *, hnsw: bool = False) -> "DenseIndex":
@@ -112,7 +113,7 @@ class DenseIndex:
         """[len(queries), dim] normalised query embeddings, all queries in one encode call."""
         # Small encoder batches: on CPU a 64-query batch costs ~45% more per query than 16 (padding).
         return self.model.encode(
-            list(queries), batch_size=16, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            [self.query_prefix + q for q in queries], batch_size=16, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         ).astype(np.float32, copy=False)
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
@@ -125,8 +126,7 @@ class DenseIndex:
 
     def search_vectors(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
         """Top-k hits for precomputed query embeddings [n, dim]."""
-        # The HNSW beam must be at least k wide; passed per call so concurrent searches don't race.
-        params = _faiss().SearchParametersHNSW(efSearch=max(64, 2 * k)) if self.hnsw else None
+        params = _search_params("hnsw" if self.hnsw else "ivf" if self.nprobe else "flat", self.nprobe, k)
         vectors = np.ascontiguousarray(query_vectors, dtype=np.float32)
         scores, rows = self.index.search(vectors, k, params=params)
         # HNSW pads with row -1 when it finds fewer than k neighbours.
@@ -140,29 +140,116 @@ class DenseIndex:
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / EMBEDDINGS_FILE, self.embeddings)
         if self.hnsw:
-            _faiss().write_index(self.index, str(directory / HNSW_FILE))
+            _faiss().write_index(self.index, str(directory / INDEX_FILES["hnsw"]))
 
     @classmethod
-    def load(cls, directory: str | Path, corpus: Corpus, encoder: str, *, hnsw: bool = False) -> "DenseIndex":
+    def write(cls, corpus: Corpus, directory: str | Path, work_dir: str | Path, encoder: str, *, index: str = "flat",
+              batch_size: int = 64, vectors: np.ndarray | None = None, nlist: int | None = None,
+              pq_m: int | None = None, recall_queries: int = 0, progress=None) -> dict:
+        """Write a dense index folder a chunk at a time (dense_build): the passage vectors (encoded,
+        resumable through `work_dir`, or the precomputed `vectors`, possibly memory-mapped) and the
+        faiss `index` kind over them. Returns the parameters to record, with recall@10 against flat
+        search when `recall_queries` > 0 and the kind is approximate."""
+        directory, work_dir = Path(directory), Path(work_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / EMBEDDINGS_FILE
+        if vectors is not None:
+            embeddings = copy_vectors(vectors, target)
+        else:
+            model = load_embedder(encoder)
+            dim = embedding_dim(model)
+            identity = {"corpus_sha256": corpus.sha256, "rows": len(corpus), "encoder": encoder, "dim": dim,
+                        "batch_size": batch_size}
+            embeddings = encode_to_file(
+                corpus, lambda texts: encode(model, texts, batch_size=batch_size), dim, target, work_dir,
+                identity=identity, chunk_rows=batch_size * max(1, dense_build.ENCODE_CHUNK_ROWS // batch_size),
+                progress=progress)
+        faiss_index, params = make_faiss_index(_faiss(), embeddings, index, nlist=nlist, pq_m=pq_m, progress=progress)
+        if index != "flat":
+            _faiss().write_index(faiss_index, str(directory / INDEX_FILES[index]))
+        if recall_queries > 0 and index != "flat":
+            search = _search_params(index, params.get("nprobe"), 11)
+            params["recall_at_10"] = recall_at_k(faiss_index, embeddings, queries=recall_queries, search_params=search)
+        return params
+
+    @classmethod
+    def load(cls, directory: str | Path, corpus: Corpus, encoder: str, *, hnsw: bool = False,
+             params: dict | None = None) -> "DenseIndex":
+        """`params`: the manifest's (its "index" kind and "nprobe"); without, flat or `hnsw`."""
         directory = Path(directory)
+        kind = (params or {}).get("index") or ("hnsw" if hnsw else "flat")
         try:
-            embeddings = np.load(directory / EMBEDDINGS_FILE)
-            # A flat index is rebuilt from the vectors (a memcpy); an HNSW graph is costly to rebuild.
-            index = _faiss().read_index(str(directory / HNSW_FILE)) if hnsw else _faiss_index(embeddings, False)
-        except (OSError, ValueError, RuntimeError) as e:
+            # Flat and HNSW search need the float32 vectors in memory anyway; IVF kinds leave them on disk.
+            embeddings = np.load(directory / EMBEDDINGS_FILE, mmap_mode="r" if kind.startswith("ivf") else None)
+            # A flat index is rebuilt from the vectors (a memcpy); a graph or inverted lists are read.
+            index = read_faiss(directory / INDEX_FILES[kind]) if kind != "flat" else _faiss_index(embeddings, False)
+        except (OSError, ValueError, RuntimeError, RagrlError) as e:
             raise RagrlError(f"{directory}: dense index files are missing or corrupt ({e})") from None
         if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus) or index.ntotal != len(corpus):
             raise RagrlError(
                 f"{directory}: dense index has {index.ntotal} vectors of shape {embeddings.shape} "
                 f"but its corpus has {len(corpus)} rows"
             )
-        dense = cls(corpus, encoder, embeddings, index, hnsw=hnsw)
+        dense = cls(corpus, encoder, embeddings, index, hnsw=kind == "hnsw", nprobe=(params or {}).get("nprobe"))
         if embedding_dim(dense.model) != dense.dim:
             raise IndexMismatchError(
                 f"{directory}: stored vectors are {dense.dim}-d but encoder {encoder!r} makes "
                 f"{embedding_dim(dense.model)}-d ones; rebuild the index"
             )
         return dense
+
+    @classmethod
+    def load_faiss(cls, path: str | Path, corpus: Corpus, encoder: str, *, query_prefix: str = "",
+                   nprobe: int | None = None) -> "DenseIndex":
+        """A faiss index file as Search-R1 and FlashRAG ship theirs (row i = corpus line i), memory-
+        mapped where faiss can (flat and IVF codes), checked with `check_faiss_index`."""
+        index = read_faiss(path)
+        dense = cls(corpus, encoder, None, index, hnsw=_is_hnsw(index), query_prefix=query_prefix, nprobe=nprobe)
+        check_faiss_index(index, corpus, dense.model, encoder, source=str(path))
+        return dense
+
+
+def _search_params(kind: str, nprobe: int | None, k: int):
+    """Per-call search parameters, so concurrent searches don't race: the HNSW beam at least k wide,
+    the IVF lists to visit."""
+    if kind == "hnsw":
+        return _faiss().SearchParametersHNSW(efSearch=max(64, 2 * k))
+    if kind.startswith("ivf") and nprobe:
+        return _faiss().SearchParametersIVF(nprobe=int(nprobe))
+    return None
+
+
+def read_faiss(path: str | Path) -> faiss.Index:
+    faiss_ = _faiss()
+    try:
+        try:
+            return faiss_.read_index(str(path), faiss_.IO_FLAG_MMAP | faiss_.IO_FLAG_READ_ONLY)
+        except RuntimeError as e:
+            if "not" not in str(e).lower() or not Path(path).is_file():
+                raise
+            return faiss_.read_index(str(path))   # a kind faiss cannot map: read into memory
+    except (RuntimeError, OSError) as e:
+        raise RagrlError(f"{path}: cannot read a faiss index ({str(e).strip().splitlines()[0]})") from None
+
+
+def _is_hnsw(index) -> bool:
+    return isinstance(_faiss().downcast_index(index), _faiss().IndexHNSW)
+
+
+def check_faiss_index(index, corpus: Corpus, model, encoder: str, *, source: str) -> None:
+    """Refuse a faiss index this encoder cannot search: another row count, dimension or metric."""
+    faiss_ = _faiss()
+    if index.ntotal != len(corpus):
+        raise IndexMismatchError(f"{source}: {index.ntotal} vectors for a corpus of {len(corpus)} passages "
+                                 f"({corpus.path}); they must be one per corpus line, in file order")
+    dim = embedding_dim(model)
+    if index.d != dim:
+        raise IndexMismatchError(f"{source}: vectors are {index.d}-d but encoder {encoder!r} makes {dim}-d ones")
+    if index.metric_type != faiss_.METRIC_INNER_PRODUCT:
+        metric = {faiss_.METRIC_L2: "L2 distance"}.get(index.metric_type, f"metric {index.metric_type}")
+        raise IndexMismatchError(f"{source}: the index ranks by {metric}, but ragrl scores unit vectors by inner "
+                                 "product (cosine); use an index built with METRIC_INNER_PRODUCT, as Search-R1's "
+                                 "and FlashRAG's e5 indexes are")
 
 
 # Rows re-encoded to check precomputed vectors: first, middle, last and a few fixed others.
@@ -171,15 +258,17 @@ SPOT_CHECK_MIN_COSINE = 0.99
 
 
 def load_vectors(path: str | Path) -> np.ndarray:
-    """A [rows, dim] float array from a .npy file, with a clear error for anything else."""
+    """A [rows, dim] float array from a .npy file (memory-mapped: 21M vectors need not fit), with a
+    clear error for anything else."""
     try:
-        vectors = np.load(Path(path), allow_pickle=False)
+        vectors = np.load(Path(path), mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
         raise RagrlError(f"{path}: cannot read passage vectors ({e})") from None
     if vectors.ndim != 2 or vectors.dtype.kind != "f":
         raise RagrlError(f"{path}: passage vectors must be a 2-d float array, got {vectors.dtype} {vectors.shape}")
-    if not np.isfinite(vectors).all():
-        raise RagrlError(f"{path}: passage vectors contain NaN or infinite values")
+    for start in range(0, len(vectors), 1 << 16):
+        if not np.isfinite(vectors[start:start + (1 << 16)]).all():
+            raise RagrlError(f"{path}: passage vectors contain NaN or infinite values")
     return vectors
 
 

@@ -9,7 +9,7 @@ from ragrl.errors import RagrlError
 from ragrl.paths import DEMO_CORPUS, KIT_PREFIX, ragrl_home, resolve_kit
 from ragrl.retrieval.base import Retriever
 from ragrl.retrieval.client import RetrievalClient
-from ragrl.retrieval.index import cached_index, load_index, read_manifest
+from ragrl.retrieval.index import cached_index, corpus_location, load_index, read_manifest
 from ragrl.retrieval.inprocess import InProcessRetriever
 from ragrl.retrieval.settings import ServerSettings
 
@@ -61,7 +61,7 @@ def corpus_of(index: str | None, corpus: str | None) -> Path:
         return resolve_kit(corpus)
     if index and "://" not in index:
         folder = resolve_kit(index)
-        return folder / read_manifest(folder)["corpus_file"]
+        return corpus_location(folder, read_manifest(folder))
     return DEMO_CORPUS
 
 

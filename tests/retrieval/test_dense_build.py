@@ -1,0 +1,115 @@
+"""Dense builds that stream and resume, and the compressed IVF kinds with their measured recall,
+with the real MiniLM, faiss and the kit's precomputed vectors."""
+import json
+
+import faiss
+import numpy as np
+import pytest
+
+from ragrl.errors import RagrlError
+from ragrl.models.embedder import load_embedder
+from ragrl.paths import DEMO_CORPUS, resolve_kit
+from ragrl.retrieval.corpus import Corpus, load_corpus, write_corpus
+from ragrl.retrieval.dense import DenseIndex
+from ragrl.retrieval.dense_build import default_nlist, exact_top_k, recall_at_k
+from ragrl.retrieval.index import build_index, load_index
+
+QUERIES = ["American singer album", "river in Europe", "football club", "1990s television series"]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_embedder("all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    demo = load_corpus(DEMO_CORPUS)
+    path = tmp_path_factory.mktemp("c") / "small.jsonl"
+    write_corpus(Corpus(ids=demo.ids[:40], titles=demo.titles[:40], texts=demo.texts[:40], sha256=""), path)
+    return path
+
+
+def _ids(results):
+    return [[h.id for h in hits] for hits in results]
+
+
+def test_a_killed_encoding_resumes_after_its_last_chunk_and_equals_one_pass(small, minilm, tmp_path, monkeypatch):
+    monkeypatch.setattr("ragrl.retrieval.dense_build.ENCODE_CHUNK_ROWS", 16)   # 40 passages: chunks of 16, 16, 8
+    calls = []
+
+    class CrashOnce:
+        """The real MiniLM; the first build dies in its second chunk (its third batch of 8)."""
+
+        def __getattr__(self, name):
+            return getattr(minilm, name)
+
+        def encode(self, texts, **kwargs):
+            calls.append(len(texts))
+            if len(calls) == 3 and not crashed:
+                crashed.append(1)
+                raise KeyboardInterrupt("killed while encoding")
+            return minilm.encode(texts, **kwargs)
+
+    crashed = []
+    monkeypatch.setattr("ragrl.retrieval.dense.load_embedder", lambda name, device=None: CrashOnce())
+    with pytest.raises(KeyboardInterrupt):
+        build_index(small, tmp_path / "idx", kind="dense", batch_size=8, progress=False)
+    state = json.loads((tmp_path / ".idx.build" / "dense" / "encoded.json").read_text())
+    assert state["rows_done"] == 16 and not (tmp_path / "idx").exists()
+    calls.clear()
+    index = load_index(build_index(small, tmp_path / "idx", kind="dense", batch_size=8, progress=False))
+    assert sum(calls) == 40 - 16            # only the passages not yet on disk were encoded again
+    reference = DenseIndex.build(load_corpus(small), "all-minilm-l6-v2", batch_size=8)
+    np.testing.assert_allclose(index.backend.embeddings, reference.embeddings, atol=1e-6)
+    assert _ids(index.search(QUERIES, 5)) == _ids(reference.search(QUERIES, 5))
+    assert not (tmp_path / ".idx.build").exists()
+
+
+def test_exact_top_k_and_recall_by_hand():
+    vectors = np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 0]] * np.array([[1], [1], [1], [1], [0.5]], dtype=np.float32)
+    assert exact_top_k(vectors, vectors[:1], 2, chunk_rows=2).tolist() == [[0, 4]]
+
+    class Fixed:   # an "approximate index" that always answers rows 0, 1
+        def search(self, q, k, params=None):
+            return None, np.array([[0, 1, 2][:k]] * len(q))
+
+    # Queries are rows 0..4 (all): each query's own row is left out of both lists. Exact top-1 of
+    # row 0 is row 4, of row 4 is row 0; of rows 1-3, a zero-score tie broken by the lowest other row.
+    got = recall_at_k(Fixed(), vectors, k=1, queries=5)
+    # row 0: exact [4], approx {1} -> 0; row 1: exact [0], approx {0} -> 1; row 2: exact [0] -> 1;
+    # row 3: exact [0] -> 1; row 4: exact [0], approx {0, 1} minus own -> 1. Mean 4/5.
+    assert got["recall"] == pytest.approx(0.8) and got["queries"] == 5
+
+
+def test_compressed_kinds_record_their_recall_and_load_memory_mapped(tmp_path):
+    """5,000 kit passages with the kit's precomputed MiniLM vectors (no encoding)."""
+    corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
+    vectors = np.load(resolve_kit("kit:embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy"), mmap_mode="r")
+    n = 5000
+    path, vec_path = tmp_path / "c.jsonl", tmp_path / "v.npy"
+    write_corpus(Corpus(ids=corpus.ids[:n], titles=corpus.titles[:n], texts=corpus.texts[:n], sha256=""), path)
+    np.save(vec_path, np.asarray(vectors[:n]))
+    flat = load_index(build_index(path, tmp_path / "flat", kind="dense", vectors=vec_path, progress=False))
+    sizes = {}
+    for kind, floor in (("ivf_sq8", 0.9), ("ivf_pq", 0.3)):
+        out = build_index(path, tmp_path / kind, kind="dense", vectors=vec_path, dense_index=kind,
+                          recall_queries=200, progress=False)
+        params = json.loads((out / "manifest.json").read_text())["params"]
+        assert params["index"] == kind and params["nlist"] == default_nlist(n) == 125   # 4 sqrt(n), 40 points a list
+        assert params["recall_at_10"]["queries"] == 200 and params["recall_at_10"]["recall"] >= floor
+        index = load_index(out)
+        assert isinstance(index.backend.embeddings, np.memmap)      # vectors stay on disk
+        assert index.backend.nprobe == params["nprobe"] == 32
+        hits = index.search(QUERIES, 10)
+        exact = flat.search(QUERIES, 10)
+        overlap = np.mean([len(set(_ids([a])[0]) & set(_ids([b])[0])) / 10 for a, b in zip(hits, exact)])
+        assert overlap >= floor - 0.2
+        sizes[kind] = faiss.extract_index_ivf(index.backend.index).code_size
+    assert sizes == {"ivf_sq8": 384, "ivf_pq": 48}      # bytes a vector, against 1,536 as float32
+    with pytest.raises(RagrlError, match="unknown dense index 'ivf_foo'"):
+        build_index(path, tmp_path / "x", kind="dense", vectors=vec_path, dense_index="ivf_foo")
+    with pytest.raises(RagrlError, match="pq_m must divide"):
+        build_index(path, tmp_path / "x", kind="dense", vectors=vec_path, dense_index="ivf_pq", pq_m=7)
+    with pytest.raises(RagrlError, match="a bm25 index has no vectors"):
+        build_index(path, tmp_path / "x", kind="bm25", dense_index="ivf_sq8")
