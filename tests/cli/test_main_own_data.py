@@ -1,7 +1,10 @@
 """docs/own_data.md, run: every `ragrl` line of its bash blocks, in the page's order, through the real
 CLI, in a folder holding a corpus (FlashRAG / Search-R1 layout) and question files this test writes.
-The only additions are the tiny random model and a 2-step run (TINY), so the page cannot drift from
-what works. Its JSON examples load as the page says they do."""
+The only additions are the tiny random model and a 2-step run (TINY), and for `ragrl index import` the
+files it names, written here: the page's corpus as `wiki-18.jsonl` and a flat inner-product faiss index
+of MiniLM's "passage: " vectors standing in for e5's (no e5 model is installable offline, so the command
+runs with `--encoder all-minilm-l6-v2`). So the page cannot drift from what works. Its JSON examples load
+as the page says they do."""
 from __future__ import annotations
 
 import contextlib
@@ -11,12 +14,14 @@ import shlex
 import shutil
 from pathlib import Path
 
+import faiss
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from ragrl.cli.main import app
 from ragrl.datasets import load_questions
+from ragrl.models.embedder import load_embedder
 from ragrl.retrieval.corpus import load_corpus
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "own_data.md"
@@ -74,6 +79,18 @@ def write_data(root: Path) -> int:
     return len(rows)
 
 
+def write_field_files(faiss_file: str, corpus_file: str) -> None:
+    """Search-R1's released files in miniature: the page's corpus (already in their `contents` layout)
+    and a flat inner-product index of "passage: "-prefixed, normalised vectors, row i = line i."""
+    shutil.copyfile("my_corpus.jsonl", corpus_file)
+    rows = [json.loads(line) for line in Path(corpus_file).read_text().splitlines()]
+    vectors = load_embedder("all-minilm-l6-v2").encode([f"passage: {r['contents']}" for r in rows],
+                                                       normalize_embeddings=True).astype("float32")
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    faiss.write_index(index, faiss_file)
+
+
 def invoke(args: list[str]) -> str:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, f"ragrl {shlex.join(args)}\n{result.output}\n{result.exception!r}"
@@ -96,6 +113,9 @@ def walkthrough(tmp_path_factory, tiny_model_dir):
                 args += ["--reader", str(tiny_model_dir)]
             if "--vectors" in args:   # vectors the user already has: here, the encoder's, from the dense index
                 shutil.copyfile("my_dense_index/dense/embeddings.npy", args[args.index("--vectors") + 1])
+            if args[:2] == ["index", "import"]:
+                args[args.index("--encoder") + 1] = "all-minilm-l6-v2"
+                write_field_files(args[args.index("--faiss") + 1], args[args.index("--corpus") + 1])
             done.append((args, invoke(args)))
     return root, passages, done
 
@@ -127,7 +147,8 @@ def test_the_json_examples_load_as_the_page_says(tmp_path):
 def test_every_command_of_the_page_runs_and_writes_what_it_says(walkthrough):
     root, passages, done = walkthrough
     ran = [" ".join(a[:2]) if a[0] in ("index", "train") else a[0] for a, _ in done]
-    for step in ("index build", "search", "train search_r1_grpo", "train harr_grpo", "eval", "compare", "view"):
+    for step in ("index build", "index import", "search", "train search_r1_grpo", "train harr_grpo", "eval", "compare",
+                 "view"):
         assert step in ran, f"docs/own_data.md no longer shows `ragrl {step}`"
     outputs = {shlex.join(a): out for a, out in done}
     assert any("--check" in a for a, _ in done)
@@ -135,13 +156,17 @@ def test_every_command_of_the_page_runs_and_writes_what_it_says(walkthrough):
     for folder, kind in (("my_index", "bm25"), ("my_dense_index", "dense")):
         manifest = json.loads((root / folder / "manifest.json").read_text())
         assert manifest["rows"] == passages and manifest["kind"] == kind
+    imported = json.loads((root / "wiki18_e5" / "manifest.json").read_text())
+    assert imported["rows"] == passages and imported["params"]["query_prefix"] == "query: "
+    assert imported["params"]["passages_as"] == {"rendering": "contents", "prefix": "passage: "}
     search = next(out for cmd, out in outputs.items() if cmd.startswith("search "))
     assert "Quenland" in search and "Zorvath" in search
 
     check = next(out for cmd, out in outputs.items() if "--check" in cmd)
     assert "nothing was trained" in check
-    # the warm start's gold passages are looked up in the index's corpus, not the bundled one
-    assert "SFT warm start: 8 training questions with gold passages (8 of 8 ids in corpus.jsonl)" in check
+    # the warm start's gold passages are looked up in the index's corpus (the user's file, which the
+    # index names and does not copy), not the bundled one
+    assert "SFT warm start: 8 training questions with gold passages (8 of 8 ids in my_corpus.jsonl)" in check
 
     for run, artifact, index in (("my_run", "final_adapter", "my_index"),
                                  ("my_harr", "best_encoder", "my_dense_index")):

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from ragrl.errors import RagrlError
-from ragrl.models.embedder import load_embedder
 from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.retrieval.corpus import Corpus, load_corpus, write_corpus
 from ragrl.retrieval.dense import DenseIndex
@@ -15,11 +14,6 @@ from ragrl.retrieval.dense_build import default_nlist, exact_top_k, recall_at_k
 from ragrl.retrieval.index import build_index, load_index
 
 QUERIES = ["American singer album", "river in Europe", "football club", "1990s television series"]
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return load_embedder("all-minilm-l6-v2")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from ragrl.errors import IndexMismatchError
-from ragrl.models.embedder import load_embedder
 from ragrl.paths import DEMO_CORPUS
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.faiss_import import import_faiss_index
@@ -16,11 +15,6 @@ from ragrl.retrieval.index import load_index
 
 ROWS = 40
 QUERIES = ["American singer album", "river in Europe", "football club"]
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return load_embedder("all-minilm-l6-v2")
 
 
 @pytest.fixture(scope="module")

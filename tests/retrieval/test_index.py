@@ -46,11 +46,6 @@ def corpus_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def minilm():
-    return load_embedder("all-minilm-l6-v2")  # loaded once; load_embedder caches it per process
-
-
-@pytest.fixture(scope="session")
 def index_dirs(corpus_file, minilm, tmp_path_factory):
     root = tmp_path_factory.mktemp("indexes")
     return {kind: build_index(corpus_file, root / kind, kind=kind, progress=False) for kind in KINDS}
