@@ -135,7 +135,9 @@ def _write_chunk(corpus: Corpus, start: int, end: int, tokenize, path: Path) -> 
         lengths.append(len(doc))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
-        np.savez(f, vocab=np.array(list(vocab), dtype=object).astype(str) if vocab else np.array([], dtype=str),
+        # The chunk's vocabulary as one UTF-8 blob, a token a line (tokens are \w runs: no newline in
+        # them); a fixed-width string array would pad every token to the longest one's width.
+        np.savez(f, vocab=np.frombuffer("\n".join(vocab).encode("utf-8"), dtype=np.uint8),
                  offsets=np.array(offsets, dtype=np.int64),
                  tokens=np.concatenate(tokens).astype(np.int32) if tokens else np.array([], dtype=np.int32),
                  counts=np.concatenate(counts).astype(np.int32) if counts else np.array([], dtype=np.int32),
@@ -147,7 +149,8 @@ def _write_chunk(corpus: Corpus, start: int, end: int, tokenize, path: Path) -> 
 
 def _read_chunk(path: Path) -> dict:
     with np.load(path, allow_pickle=False) as z:
-        return {"vocab": z["vocab"].tolist(), "offsets": z["offsets"], "tokens": z["tokens"],
+        blob = z["vocab"].tobytes().decode("utf-8")
+        return {"vocab": blob.split("\n") if blob else [], "offsets": z["offsets"], "tokens": z["tokens"],
                 "counts": z["counts"], "lengths": z["lengths"]}
 
 
