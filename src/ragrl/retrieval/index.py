@@ -345,7 +345,7 @@ def _open_corpus(index_dir: Path, manifest: dict, corpus: str | Path | None) -> 
     if not where.is_file():
         raise RagrlError(f"index {index_dir} searches the corpus {recorded['path']} (sha256 "
                          f"{recorded['sha256'][:12]}), which is not there; put it back, or pass its new place "
-                         f"(`corpus=` / --corpus)")
+                         f"as load_index(..., corpus=PATH)")
     check_unchanged(where, recorded, what=f"index {index_dir}")
     if recorded["storage"] == "disk":
         return open_corpus_on_disk(where, index_dir, recorded["sha256"])

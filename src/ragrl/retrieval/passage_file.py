@@ -21,7 +21,6 @@ import bisect
 import hashlib
 import json
 import mmap
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -206,7 +205,3 @@ def file_sha256(path: str | Path) -> str:
     except OSError as e:
         raise CorpusError(f"{path}: cannot read corpus file ({e.strerror or e})") from None
     return h.hexdigest()
-
-
-def table_bytes(table_dir: str | Path) -> int:
-    return sum(os.path.getsize(p) for p in (Path(table_dir) / TABLE_DIR).glob("*.npy"))
