@@ -200,6 +200,10 @@ def test_a_whole_setting_a_child_recipe_sets_replaces_its_bases_in_the_recipe_an
     assert load_config(WithReward, tmp_path / "own.yaml", variant="tiny").reward == {"stage2": 1.0, "extra": 0.5}
     assert load_config(WithReward, tmp_path / "plain.yaml", variant="tiny").reward == {"f1": 1.0, "format": 0.2}
     assert load_config(WithReward, tmp_path / "child.yaml", ["reward.format=0.1"]).reward == {"stage1": 1.0, "format": 0.1}
+    # --set of the whole setting replaces it (terms set after it still merge), in a variant too
+    assert load_config(WithReward, tmp_path / "own.yaml", ["reward={em: 1.0}"], variant="tiny").reward == {"em": 1.0}
+    assert load_config(WithReward, tmp_path / "own.yaml", ["reward={em: 1.0}", "reward.f1=0.3"]).reward == {
+        "em": 1.0, "f1": 0.3}
 
 
 def test_the_shipped_r1_searcher_recipes_keep_the_papers_rewards():

@@ -6,7 +6,8 @@ as plain dicts first and only then checked against the dataclass fields, so ever
 mistake (unknown key, wrong type) is reported with its full dotted key. A field declared
 `setting(..., whole=True)` (a reward spec) that a child recipe sets replaces its base's whole,
 in the base recipe and in every variant the child inherits: a method's own reward never
-gains its base method's terms. Within one file a variant still merges into its recipe. Each field carries
+gains its base method's terms. Within one file a variant still merges into its recipe. An
+override of the whole field (`reward={em: 1.0}`) replaces it; one of a key inside it merges. Each field carries
 its help with `setting(...)` (read by ragrl.config_help: `--explain` and the docs' tables).
 
     @dataclass
@@ -408,6 +409,11 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not isinstance(chosen, Mapping):
             raise ConfigError(f"{path}: variant {variant!r} must be a mapping of overrides")
         data = deep_merge(data, chosen)
+    # `--set reward={...}` names a whole setting itself: it replaces the recipe's value (a user who
+    # writes the whole reward means that reward); `--set reward.f1=0.5` still merges into it.
+    for key in {_split_override(item)[0][0] for item in overrides or [] if "." not in item.partition("=")[0]}:
+        if key in whole_fields(cls):
+            data.pop(key, None)
     data = deep_merge(data, _parse(overrides, keep_text=True))
     return config_from_dict(cls, migrate(data) if migrate is not None else data)
 

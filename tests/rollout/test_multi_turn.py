@@ -20,6 +20,7 @@ from ragrl.rollout.trajectory import EpisodeEnd
 from ragrl.engines.hf import HFEngine
 from ragrl.policy.logprobs import action_logprobs
 from ragrl.rewards.format import is_well_formed
+from ragrl.rewards.search import answer_in_docs_reward
 from tests.rollout.scripted import CountingRetriever, RecordingEngine, ScriptedEngine, check_token_invariants, spans
 
 STOP_REASONS = {EpisodeEnd.ANSWER, EpisodeEnd.MAX_TURNS, EpisodeEnd.MAX_TOKENS, EpisodeEnd.NO_ANSWER}
@@ -225,6 +226,34 @@ def test_max_turns_ends_the_episode_without_running_the_last_search(tok, eos_ids
         assert (t.stop_reason, t.num_turns, t.answer, t.turns[1].kind) == ("max_turns", 2, None, last_kind)
         assert t.turns[0].observation and t.turns[1].observation == "" and t.turns[1].passage_ids == []
         assert t.action_mask[-1] == 1  # the episode ends on the policy's tokens: no dead observation
+
+
+def test_end_after_searches_serves_the_last_search_and_ends_on_its_passages(tok, eos_ids, index, samples):
+    q0, q1, q2 = (s["question"] for s in samples[:3])
+    script = {q0: ["<search> Maria Golovin </search>", "<search> Gian Carlo Menotti </search>",
+                   "<answer> never reached </answer>"],
+              q1: ["<answer> Guam </answer>"],                                   # answers before searching
+              q2: [("<think>Still thinking about", "length"), "<search> Battle of Guam </search>",
+                   "<answer> Guam </answer>"]}         # one search, below the quota: a whole episode
+    trajs, engine, retriever = run_script(tok, get_protocol("search_r1"), script, index, end_after_searches=2)
+    assert retriever.calls == [["Maria Golovin"], ["Gian Carlo Menotti", "Battle of Guam"]]
+    first, answered, late = trajs
+    assert (first.stop_reason, first.num_searches, first.num_turns) == (EpisodeEnd.RETRIEVED, 2, 2)
+    last = first.turns[-1]
+    # The last search's passages are recorded (rewards read them) but not appended: no turn follows.
+    assert last.passage_ids and last.passage_texts[0][0] and last.observation == ""
+    assert answer_in_docs_reward(first, {"answers": [last.passage_texts[0][0].split()[-1]]}) == 1.0
+    assert [v for v, _, _ in spans(first.action_mask, first.prompt_len)] == [1, 0, 1]   # search, its passages, search
+    assert (answered.stop_reason, answered.answer) == (EpisodeEnd.ANSWER, "Guam")
+    assert (late.stop_reason, late.num_searches, late.format_errors) == (EpisodeEnd.ANSWER, 1, 1)
+    for t in trajs:
+        check_token_invariants(t, tok, eos_ids)
+
+    # The quota's search is served even on the last turn, where a search is otherwise dropped.
+    (t,), _, retriever = run_script(tok, get_protocol("search_r1"), {q0: script[q0]}, index, max_turns=1,
+                                    end_after_searches=1)
+    assert retriever.calls == [["Maria Golovin"]] and t.stop_reason == EpisodeEnd.RETRIEVED
+    assert t.retrieved_ids == t.turns[0].passage_ids[0]
 
 
 def test_max_response_tokens_caps_each_turn_and_ends_with_max_tokens(tok, eos_ids, index, samples):

@@ -55,6 +55,14 @@ def test_greedy_episodes_in_slot_equal_the_turn_by_turn_loop(smollm2_policy, ind
     for t in trajs:
         check_token_invariants(t, tok, engine.eos_token_ids)
 
+    # Episodes that end once their first search is served (rollout.end_after_searches) end the same in slots.
+    first_search = replace(GREEDY, end_after_searches=1)
+    reference, _ = run_episodes(HFEngine(model, tok), NudgedSearchR1(), index, samples, first_search)
+    trajs, _ = run_episodes(engine, NudgedSearchR1(), index, samples, first_search)
+    assert summary(trajs) == summary(reference)
+    assert {t.stop_reason for t in trajs if t.num_searches} == {"retrieved"}
+    assert all(t.num_searches <= 1 for t in trajs) and any(t.num_searches for t in trajs)
+
 
 def test_sampled_episodes_in_slot_score_exactly_and_do_not_depend_on_the_slots(tiny, samples):
     """The tiny model writes no tags: every turn gets a feedback observation and a next turn, in its slot."""

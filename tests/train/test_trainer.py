@@ -348,3 +348,38 @@ def test_train_cli_minutes_bounds_the_rl_steps_and_still_writes_the_final_adapte
     assert (run / "final_adapter" / "adapter_config.json").exists()
     bad = CliRunner().invoke(app, ["train", "search_r1_grpo", "--minutes", "-1"])
     assert bad.exit_code != 0 and "--minutes" in bad.output
+
+
+def test_drop_flat_groups_updates_on_the_groups_whose_rewards_differ(tiny_model_dir, tmp_path, monkeypatch):
+    """algo.drop_flat_groups: a step learns from the questions whose samples' rewards differ, and a step
+    whose groups are all flat takes no gradient step. The rewards are set after the real ones (the tiny
+    model's are all alike), a fake only to choose which groups are flat."""
+    from ragrl.train.trainer import Trainer
+
+    monkeypatch.setenv("RAGRL_HOME", str(tmp_path / "home"))
+    trainer = Trainer(tiny_trainer_config(tiny_model_dir, tmp_path, "algo.drop_flat_groups=true", "eval_every=0",
+                                          "eval_start=false"))
+    rewards = {0: [0.5, 0.5], 1: [0.0, 1.0]}
+    real_score = trainer._score
+
+    def score_then_set(samples, trajs):
+        experts = real_score(samples, trajs)
+        seen: dict[int, int] = {}
+        for t in trajs:
+            i = seen[t.group] = seen.get(t.group, -1) + 1
+            t.reward = rewards[t.group % 2][i]
+        return experts
+
+    monkeypatch.setattr(trainer, "_score", score_then_set)
+    weights = lambda: [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad]  # noqa: E731
+    before = weights()
+    row = trainer.train_step()
+    assert (row["update_trajectories"], row["updates"], row["flat_group_frac"]) == (2.0, 1.0, 0.5)
+    assert any(not torch.equal(a, b) for a, b in zip(before, weights()))
+
+    rewards[1] = [0.25, 0.25]
+    before = weights()
+    trainer.step += 1
+    row = trainer.train_step()
+    assert (row["update_trajectories"], row["updates"], row["update_skipped"]) == (0.0, 0.0, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, weights()))

@@ -85,7 +85,9 @@ def answer_in_docs_reward(completion, sample) -> float:
     golds = golds_of(completion, sample)
     if not golds or is_yes_no(golds):
         return 0.0
-    return answer_in([t.observation for t in completion.turns if t.kind == "search"], golds)
+    # A last search served but not shown (rollout.end_after_searches) has passages, no observation.
+    return answer_in([t.observation or " ".join(p for ps in t.passage_texts for p in ps)
+                      for t in completion.turns if t.kind == "search"], golds)
 
 
 # ---------------------------------------------------------------- what a search found (issue #53)

@@ -60,6 +60,11 @@ class RolloutConfig:
         "learns to, never sees what a search finds."))
     max_searches: int | None = setting(None, help=(
         "Retrieval quota per episode (SmartRAG): a search past it is a format error. null: no quota."))
+    end_after_searches: int | None = setting(None, help=(
+        "Training only: an episode ends once this many of its searches have been served (stop "
+        "reason `retrieved`; the last search's passages are recorded, not shown), so a reward on what "
+        "the searches found trains the query writer without the turns after them (DeepRetrieval's "
+        "setup, R1-Searcher's stage 1). Evaluation always runs whole episodes. null: off."))
     topk: int = setting(3, help="Passages retrieved per query.")
     temperature: float = setting(1.0, help=(
         "Sampling temperature of the policy's training rollouts (evaluation decodes greedily). 0: greedy."))
@@ -91,7 +96,8 @@ class RolloutConfig:
 # greedy episodes are the same in or out of their slots), so they never change an evaluated result
 # (nor belong in the key of a cached one). A method's own training-only knobs are set to their
 # evaluation values by its `Method.evaluation_settings`.
-TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True}
+TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True,
+                 "end_after_searches": None}
 
 
 @dataclass
@@ -103,6 +109,7 @@ class _State:
     pending_queries: list[str] = field(default_factory=list)
     deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
     opening: str = ""                  # text the runner wrote before the first turn (first_action: search)
+    last_search: bool = False          # its pending search is the last one (end_after_searches)
 
     def end(self, reason: EpisodeEnd) -> None:
         """The one way an episode ends: no turn follows, and the trajectory says why."""
@@ -390,6 +397,9 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
         turn.queries = action.queries[: cfg.max_queries_per_call]
         t.num_searches += 1
         st.pending_queries = list(turn.queries)
+        st.last_search = cfg.end_after_searches is not None and t.num_searches >= cfg.end_after_searches
+        if st.last_search:
+            return       # served whatever the turn or token budget: the episode ends on its passages
     else:
         t.format_errors += 1
         if protocol.invalid_ends_episode:
@@ -441,6 +451,11 @@ def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retri
         turn.passage_ids = [[h.id for h in hs] for hs in mine]
         turn.passage_titles = [[h.title for h in hs] for hs in mine]
         turn.passage_texts = [[h.full_text for h in hs] for hs in mine]
+        if st.last_search:
+            # No turn follows, so the observation is not appended (its tokens would be masked out of
+            # every loss and only cost the update): the passages are on the turn for the rewards.
+            st.end(EpisodeEnd.RETRIEVED)
+            continue
         _append_observation(st, turn, obs, ids, cfg)
 
 

@@ -38,7 +38,7 @@ class EpisodeEnd(StrEnum):
     NO_ANSWER = "no_answer"        # the model closed its turn (EOS) without an action
     FORMAT_ERROR = "format_error"  # an unparseable turn, where the protocol ends the episode on one
     TIMEOUT = "timeout"            # cut at rollout.max_episode_s / max_rollout_s: truncated, no answer
-    RETRIEVED = "retrieved"        # a retrieval-only episode (HARR with no generator) served its search
+    RETRIEVED = "retrieved"        # its last search was served: retrieval-only (HARR with no generator), or rollout.end_after_searches
     EOS = "eos"                    # single-generation agents (MMOA-RAG's): the engine's own stop reason
     STOP = "stop"
     LENGTH = "length"

@@ -36,7 +36,8 @@ RANGES: dict[str, str] = {
         "model.lora_alpha", "model.lora_layers", "model.max_batch_size", "algo.ppo_epochs", "algo.minibatch_size",
         "algo.micro_batch_size", "sft.batch_size", "sft.max_len", "sft.max_questions", "rollout.n", "rollout.max_turns",
         "rollout.max_turn_tokens", "rollout.max_response_tokens", "rollout.max_obs_tokens",
-        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "algo.kl_horizon",
+        "rollout.passage_words", "rollout.max_queries_per_call", "rollout.topk", "rollout.end_after_searches",
+        "algo.kl_horizon",
         "guard.nonfinite_steps", "guard.window", "guard.patience"), "[1, inf)"),
     **dict.fromkeys((
         "warmup_steps", "experts_per_group", "weight_decay", "critic_warmup", "eval_every", "log_trajectories_every", "sft.steps",
@@ -116,6 +117,12 @@ def check_combinations(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.estimator={a.estimator} compares each sample with the other samples of its "
                           f"prompt; with rollout.n={cfg.rollout.n} every advantage is 0 and nothing is learned: "
                           "set rollout.n >= 2 or use a critic (gae) or reinforce_pp")
+    if a.drop_flat_groups and set(needs) != {"scores", "group_ids", "mask"}:
+        # reinforce_pp_baseline whitens over the batch and a critic's GAE reads values: a flat
+        # group's advantages are not 0 there, so leaving it out would change the update.
+        raise ConfigError(f"algo.drop_flat_groups: a flat group's advantage is 0 only under an estimator that "
+                          f"reads its group's scores alone (grpo, dr_grpo, rloo), not {a.estimator}; drop it "
+                          "or change algo.estimator")
     if cfg.critic_warmup:
         if not a.has_critic:
             raise ConfigError(f"critic_warmup: the {a.estimator} estimator has no critic to warm up; "

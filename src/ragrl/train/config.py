@@ -135,6 +135,13 @@ class AlgoConfig:
         "Trajectories per forward/backward pass (gradient accumulation up to minibatch_size): a "
         "memory knob that leaves the update unchanged."))
 
+    drop_flat_groups: bool = setting(False, help=(
+        "Leave out of the update every question whose group's rewards are all equal: under an "
+        "estimator that reads only its group's scores (grpo, dr_grpo, rloo) their advantage is 0, so "
+        "they would add only the KL term and the update's cost (DAPO's dynamic-sampling filter, "
+        "without drawing more questions). A step whose groups are all flat takes no gradient step. "
+        "One rank only."))
+
     @property
     def has_critic(self) -> bool:
         """Whether the estimator reads a value head's values (and so trains one)."""

@@ -14,10 +14,29 @@ def flat_group_fraction(trajs) -> float:
     >>> flat_group_fraction([T(group=0, reward=1.0), T(group=0, reward=1.0), T(group=1, reward=0.0), T(group=1, reward=0.5)])
     0.5
     """
+    groups = _group_rewards(trajs)
+    return sum(len(v) == 1 for v in groups.values()) / max(len(groups), 1)
+
+
+def _group_rewards(trajs) -> dict[int, set[float]]:
+    """Each group's distinct rewards (to 9 places: a float sum's last bits make no group differ)."""
     groups: dict[int, set[float]] = {}
     for t in trajs:
         groups.setdefault(t.group, set()).add(round(float(t.reward), 9))
-    return sum(len(v) == 1 for v in groups.values()) / max(len(groups), 1)
+    return groups
+
+
+def without_flat_groups(trajs) -> list:
+    """The trajectories of the groups whose rewards differ (algo.drop_flat_groups), in their order.
+
+    >>> from types import SimpleNamespace as T
+    >>> kept = without_flat_groups([T(group=0, reward=1.0), T(group=1, reward=0.0), T(group=0, reward=1.0),
+    ...                             T(group=1, reward=0.5)])
+    >>> [(t.group, t.reward) for t in kept]
+    [(1, 0.0), (1, 0.5)]
+    """
+    groups = _group_rewards(trajs)
+    return [t for t in trajs if len(groups[t.group]) > 1]
 
 
 def trajectory_metrics(trajs) -> dict[str, float]:

@@ -72,7 +72,7 @@ from ragrl.train.run_dir import (
 )
 from ragrl.train.setup import build_setup
 from ragrl.train.steps import make_scheduler, step_questions
-from ragrl.train.step_metrics import timing_metrics, trajectory_metrics
+from ragrl.train.step_metrics import timing_metrics, trajectory_metrics, without_flat_groups
 from ragrl.train.update import ppo_update, prepare
 
 log = logging.getLogger("ragrl.train")
@@ -88,6 +88,10 @@ class Trainer:
         self.rank, self.world = init_distributed(cfg.guard.collective_timeout_s)
         self.ranks = RankWatch(self.rank, self.world, cfg.guard.rank_silence_s) if self.world > 1 else None
         check_divisible(cfg.questions_per_step, self.world)
+        if cfg.algo.drop_flat_groups and self.world > 1:
+            # Ranks would keep different numbers of trajectories, so their gradient steps (and the
+            # collectives inside them) would no longer pair up.
+            raise ConfigError(f"algo.drop_flat_groups runs on one rank; this run has {self.world}")
         # The same seed on every rank: LoRA / value-head init must be identical across ranks.
         seed_everything(cfg.seed)
         self.setup = build_setup(cfg, retriever=retriever, model_bundle=model_bundle)
@@ -418,9 +422,14 @@ class Trainer:
         learn = [t for t in trajs if self.setup.trains(t)] + experts
         if not learn:
             raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
-        batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
+        kept = without_flat_groups(learn) if cfg.algo.drop_flat_groups else learn
+        batch = self.policy.collate(kept or learn)   # `prepare` moves it to the policy's device
         critic_only = self.step < cfg.critic_warmup
-        if self.world == 1 and float(batch.action_mask.sum()) == 0:
+        if not kept:
+            log.info("step %d: every group's rewards are equal (algo.drop_flat_groups); the update is skipped",
+                     self.step)
+            prep, ustats = None, {"updates": 0.0, "update_skipped": 1.0}
+        elif self.world == 1 and float(batch.action_mask.sum()) == 0:
             # Nothing the policy did this step (a retriever whose frozen generator never searched):
             # no gradient to take; said in the log and in the step's row, and the step goes on.
             log.warning("step %d: no action of the policy in %d trajectories; the update is skipped",
@@ -432,6 +441,7 @@ class Trainer:
             ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
                                 critic_only=critic_only)
         ustats["critic_only"] = float(critic_only)
+        ustats["update_trajectories"] = float(len(kept))
         ustats["guard/nonfinite_skipped"] = float(ustats.pop("nonfinite_skipped", 0))
         if float(batch.action_mask.sum()):
             ustats["action_entropy"] = sampled_entropy(batch.old_logprobs, batch.action_mask)
