@@ -12,7 +12,8 @@ neighbourhoods a compressed index must keep are of the same kind as real ones. T
 throughput is measured on a sample and projected.
 
 For each index kind (BM25; dense flat, HNSW, IVF-SQ8, IVF-PQ) the build runs in a process of its
-own through `build_index`, so its wall time and peak resident memory (`ru_maxrss`) are its own;
+own through `build_index`, so its wall time and peak resident memory (`ru_maxrss`, and the peak of
+its anonymous memory, `RssAnon`, which leaves out memory-mapped file pages) are its own;
 the size on disk is the index folder's. Dense kinds report recall@10 against exact search (the
 build's own measurement, passage vectors as queries). QPS: in-process batched, and over HTTP
 (`ragrl serve`) at 1 and 64 clients, for BM25 and the compressed dense kind, beside the same
@@ -82,10 +83,20 @@ def make_corpus(kit_corpus: Path, kit_vectors: Path, n: int, out: Path, seed: in
 # re-encoded, a second): the synthetic vectors are not MiniLM's vectors of the perturbed text, and the
 # check rightly refuses them.
 _BUILD = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
 from ragrl.retrieval.dense import DenseIndex, load_vectors
 from ragrl.retrieval.index import StagedIndex, build_index
 args = json.loads(sys.argv[1])
+# ru_maxrss counts the pages of memory-mapped files the build reads or writes (the kernel may drop
+# them at any time); RssAnon is the memory the build itself holds. Its peak, sampled every 20 ms.
+peak_anon = [0]
+def sample_anon():
+    while True:
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
+        time.sleep(0.02)
+threading.Thread(target=sample_anon, daemon=True).start()
 t = time.perf_counter()
 if args.get("kind") != "dense":
     build_index(progress=False, **args)
@@ -97,7 +108,8 @@ else:
         params["hnsw"] = args["dense_index"] == "hnsw"
         stage.finish(kind="dense", params=params, encoder="all-minilm-l6-v2", embedding_dim=int(vectors.shape[1]))
 print(json.dumps({"seconds": time.perf_counter() - t,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "peak_anon_mb": peak_anon[0] / 1024}))
 """
 
 

@@ -19,6 +19,8 @@ def test_the_scale_benchmark_runs_and_reports_every_figure(tmp_path):
     assert len(corpus) == 3000 and len({r["text"] for r in corpus}) == 3000   # perturbed: no two rows alike
     bm25, sq8 = result["builds"]["bm25"], result["builds"]["ivf_sq8"]
     assert bm25["seconds"] > 0 and bm25["peak_rss_mb"] > 50 and bm25["disk_mb"] > 0
+    for build in (bm25, sq8):   # the anonymous part of the resident memory: sampled, so a real figure
+        assert 10 < build["peak_anon_mb"] <= build["peak_rss_mb"]
     assert sq8["params"]["index"] == "ivf_sq8" and 0.5 < sq8["params"]["recall_at_10"]["recall"] <= 1
     for kind in ("bm25", "ivf_sq8"):
         serving = result["serving"][kind]
