@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ragrl.compare.runs import RunRecord, SearchSetting
-from ragrl.compare.systems import systems_for
+from ragrl.compare.systems import Context, System, system_key, systems_for
+from ragrl.methods import METHODS
+from ragrl.train.recipe import load_train_config
 
 SETTING = SearchSetting(Path("c"), "s", "bm25", "i")
 
@@ -24,3 +26,22 @@ def test_each_run_brings_its_start_unless_left_out():
     assert [s.name for s in systems_for(runs, with_start=False)] == ["direct", "naive_rag", "a", "b", "h"]
     start = systems_for(runs)[2]
     assert start.artifact == Path("a/sft/adapter") and systems_for(runs)[3].artifact == Path("a/final_adapter")
+
+
+def test_runs_that_differ_only_in_how_they_trained_share_their_starts_key():
+    """The key holds the rollout as evaluated: a run that sampled differently in training (temperature,
+    n, rollout.end_after_searches, a wall-time bound) evaluates its start exactly as another does, so a
+    comparison of both runs it once; a setting evaluation keeps (max_turns) still separates them."""
+    ctx = Context(samples=[{"id": "q1", "question": "Who?", "answers": ["x"]}], corpus=None, retriever=None,
+                  setting=SETTING, reader="r")
+
+    def start_key(*overrides):
+        cfg = load_train_config("search_r1_grpo", list(overrides), "learn")
+        run = RunRecord(Path("r"), "r", cfg, METHODS["search_r1"], "agent", Path("r/final_adapter"), None, SETTING)
+        return system_key(System("r (start)", "start", run, None), ctx)
+
+    base = start_key()
+    assert start_key("rollout.temperature=0.7", "rollout.n=4", "rollout.end_after_searches=1",
+                     "rollout.max_episode_s=30", "rollout.seed=9", "lr=5e-4") == base
+    assert start_key("rollout.max_turns=2") != base
+    assert base["rollout"]["temperature"] == 0.0 and base["rollout"]["n"] == 1

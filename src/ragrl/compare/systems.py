@@ -39,7 +39,7 @@ from ragrl.models.lm_weights import load_policy
 from ragrl.retrieval.corpus import Corpus, file_sha256
 from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
-from ragrl.rollout.multi_turn import TRAINING_ONLY
+from ragrl.rollout.multi_turn import TRAINING_ONLY, RolloutConfig
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.runners import run_agent
 from ragrl.rollout.trajectory import Trajectory
@@ -116,9 +116,17 @@ def system_key(system: System, ctx: Context) -> dict:
         cfg = system.run.cfg
         own = (settings_of(cfg, system.run.method) if system.kind == "retriever"
                else runner_settings(cfg, get_protocol(cfg.agent).runner, evaluation=True))
-        key.update(model=cfg.model.name, agent=cfg.agent, rollout=cfg.rollout.__dict__,
+        # The rollout as evaluated, not as trained: two runs that differ only in how they sampled or
+        # scheduled training episodes (temperature, n, end_after_searches, ...) share their start.
+        key.update(model=cfg.model.name, agent=cfg.agent, rollout=evaluated_rollout(cfg, ctx).__dict__,
                    settings=own.__dict__ if own is not None else None, corpus=system.run.search.corpus_sha256)
     return json.loads(json.dumps(key, default=str))
+
+
+def evaluated_rollout(cfg, ctx: Context) -> RolloutConfig:
+    """A run's rollout as a comparison runs it: greedy, one episode a question, the comparison's seed,
+    the training-only settings at their evaluation values."""
+    return replace(cfg.rollout, temperature=0.0, n=1, seed=ctx.seed, **TRAINING_ONLY)
 
 
 def _batches(ctx: Context, name: str, fn) -> list[Trajectory]:
@@ -131,7 +139,7 @@ def _agent_episodes(system: System, ctx: Context, engine, retriever) -> list[lis
     """Each question's trajectories (every agent), the answering one first."""
     cfg = system.run.cfg
     protocol = get_protocol(cfg.agent)
-    rollout = replace(cfg.rollout, temperature=0.0, n=1, seed=ctx.seed, **TRAINING_ONLY)
+    rollout = evaluated_rollout(cfg, ctx)
     settings = runner_settings(cfg, protocol.runner, evaluation=True)
     trajs = _batches(ctx, system.name,
                      lambda batch: run_agent(engine, protocol, retriever, batch, rollout, settings=settings)[0])
