@@ -12,15 +12,23 @@ from ragrl.retrieval.client import RetrievalClient
 from ragrl.retrieval.index import cached_index, corpus_location, load_index, read_manifest
 from ragrl.retrieval.inprocess import InProcessRetriever
 from ragrl.retrieval.settings import ServerSettings
+from ragrl.retrieval.sharded import SHARD_SEPARATOR, ShardedRetriever
 
 
 def make_retriever(spec: str | Path, **options) -> Retriever:
-    """`http(s)://...` -> RetrievalClient(spec, **options); an index directory -> InProcessRetriever.
+    """`http(s)://...` -> RetrievalClient(spec, **options) (commas: replicas); shards' URLs joined by
+    `|` -> ShardedRetriever (merged top-k); an index directory -> InProcessRetriever.
 
     For a directory, `options` may hold `encoder` (passed to load_index) and ServerSettings
     fields; for a URL, RetrievalClient keyword arguments (token, timeout, max_wait_s, ...).
     """
     spec = str(spec)
+    if SHARD_SEPARATOR in spec:   # parts of one corpus, each on its own server(s): merged top-k
+        parts = [part.strip() for part in spec.split(SHARD_SEPARATOR)]
+        if not all(part.startswith(("http://", "https://")) for part in parts):
+            raise RagrlError(f"shards {spec!r}: each part must be a retrieval server's http(s):// URL "
+                             "(commas within a part name its replicas)")
+        return ShardedRetriever([RetrievalClient(part, **options) for part in parts], names=parts)
     if spec.startswith(("http://", "https://")):
         return RetrievalClient(spec, **options)
     if "://" in spec:

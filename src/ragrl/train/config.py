@@ -51,7 +51,8 @@ class DataConfig:
     index: str | None = setting(None, help=(
         "The index the policy searches: an index folder (`ragrl index`), `kit:<path>`, or an http:// "
         "URL of `ragrl serve` (several comma-separated: replicas of one index, taken in turn; one that "
-        "goes away is skipped at once). null: built in process over data.corpus and cached (BM25; for a "
+        "goes away is skipped at once; parts joined by `|`: shards of one corpus, each searched and their "
+        "top-k merged by score). null: built in process over data.corpus and cached (BM25; for a "
         "retriever policy a dense index over data.vectors)."))
     corpus: str | None = setting(None, help=(
         "The passages (JSON Lines) indexed when data.index is null, and where SFT warm starts read gold "
