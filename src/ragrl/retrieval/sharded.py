@@ -102,4 +102,8 @@ class ShardedRetriever:
         return [merge_top_k([found[i] for found in results], k) for i in range(len(queries))]
 
     def close(self) -> None:
+        """Stop the shard threads and close each shard's connections."""
         self._pool.shutdown(wait=False)
+        for shard in self.shards:
+            if hasattr(shard, "close"):
+                shard.close()

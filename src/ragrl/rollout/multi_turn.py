@@ -446,17 +446,19 @@ def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retri
         qs, st.pending_queries = st.pending_queries, []
         searches.append((qs, hits[pos: pos + len(qs)]))
         pos += len(qs)
-    for st, (qs, mine), (obs, ids) in zip(searching, searches, build_observations(tok, protocol, searches, cfg)):
+    for st, (_, mine) in zip(searching, searches):
         turn = st.traj.turns[-1]
         turn.passage_ids = [[h.id for h in hs] for hs in mine]
         turn.passage_titles = [[h.title for h in hs] for hs in mine]
         turn.passage_texts = [[h.full_text for h in hs] for hs in mine]
         if st.last_search:
-            # No turn follows, so the observation is not appended (its tokens would be masked out of
-            # every loss and only cost the update): the passages are on the turn for the rewards.
+            # No turn follows, so no observation is built or appended (its tokens would be masked out
+            # of every loss and only cost the update): the passages are on the turn for the rewards.
             st.end(EpisodeEnd.RETRIEVED)
-            continue
-        _append_observation(st, turn, obs, ids, cfg)
+    going_on = [(st, search) for st, search in zip(searching, searches) if not st.last_search]
+    observations = build_observations(tok, protocol, [search for _, search in going_on], cfg)
+    for (st, _), (obs, ids) in zip(going_on, observations):
+        _append_observation(st, st.traj.turns[-1], obs, ids, cfg)
 
 
 def _search_history(traj: Trajectory) -> list[dict]:

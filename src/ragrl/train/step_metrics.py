@@ -26,17 +26,16 @@ def _group_rewards(trajs) -> dict[int, set[float]]:
     return groups
 
 
-def without_flat_groups(trajs) -> list:
-    """The trajectories of the groups whose rewards differ (algo.drop_flat_groups), in their order.
+def rows_of_informative_groups(trajs) -> list[int]:
+    """Positions of the trajectories whose group's rewards differ (algo.drop_flat_groups), in order.
 
     >>> from types import SimpleNamespace as T
-    >>> kept = without_flat_groups([T(group=0, reward=1.0), T(group=1, reward=0.0), T(group=0, reward=1.0),
+    >>> rows_of_informative_groups([T(group=0, reward=1.0), T(group=1, reward=0.0), T(group=0, reward=1.0),
     ...                             T(group=1, reward=0.5)])
-    >>> [(t.group, t.reward) for t in kept]
-    [(1, 0.0), (1, 0.5)]
+    [1, 3]
     """
     groups = _group_rewards(trajs)
-    return [t for t in trajs if len(groups[t.group]) > 1]
+    return [i for i, t in enumerate(trajs) if len(groups[t.group]) > 1]
 
 
 def trajectory_metrics(trajs) -> dict[str, float]:

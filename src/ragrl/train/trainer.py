@@ -72,7 +72,7 @@ from ragrl.train.run_dir import (
 )
 from ragrl.train.setup import build_setup
 from ragrl.train.steps import make_scheduler, step_questions
-from ragrl.train.step_metrics import timing_metrics, trajectory_metrics, without_flat_groups
+from ragrl.train.step_metrics import rows_of_informative_groups, timing_metrics, trajectory_metrics
 from ragrl.train.update import ppo_update, prepare
 
 log = logging.getLogger("ragrl.train")
@@ -422,21 +422,26 @@ class Trainer:
         learn = [t for t in trajs if self.setup.trains(t)] + experts
         if not learn:
             raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
-        kept = without_flat_groups(learn) if cfg.algo.drop_flat_groups else learn
-        batch = self.policy.collate(kept or learn)   # `prepare` moves it to the policy's device
+        batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
+        kept = rows_of_informative_groups(learn) if cfg.algo.drop_flat_groups else range(len(learn))
+        # The update's rows; `batch` keeps them all for the step's entropy, so guard.entropy_floor
+        # still sees the flat (often collapsed) groups the update leaves out.
+        update_batch = batch
+        if len(kept) < len(learn):
+            update_batch = batch.select(list(kept)) if kept else None
         critic_only = self.step < cfg.critic_warmup
-        if not kept:
+        if update_batch is None:
             log.info("step %d: every group's rewards are equal (algo.drop_flat_groups); the update is skipped",
                      self.step)
             prep, ustats = None, {"updates": 0.0, "update_skipped": 1.0}
-        elif self.world == 1 and float(batch.action_mask.sum()) == 0:
+        elif self.world == 1 and float(update_batch.action_mask.sum()) == 0:
             # Nothing the policy did this step (a retriever whose frozen generator never searched):
             # no gradient to take; said in the log and in the step's row, and the step goes on.
             log.warning("step %d: no action of the policy in %d trajectories; the update is skipped",
                         self.step, len(learn))
             prep, ustats = None, {"updates": 0.0, "update_skipped": 1.0}
         else:
-            prep = prepare(self.policy, batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
+            prep = prepare(self.policy, update_batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
             g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
             ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
                                 critic_only=critic_only)
