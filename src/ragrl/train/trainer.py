@@ -10,8 +10,9 @@ questions and gradients are summed across ranks in `update.py`), in named phases
      an LM policy rolls out with itself (no weight sync on one CPU/GPU); a retriever policy serves
      the searches of a frozen generator (or of the question itself) with Plackett–Luce draws;
   3. `_score`: the recipe's reward (by name, possibly scheduled by step) scores each trajectory
-     and any expert episodes (`experts_per_group`);
-  4. `_update`: `policy.collate`, `prepare` and `ppo_update` turn them into gradient steps, for any Policy;
+     and any expert episodes (`experts_per_group`) in `scoring.score_step`;
+  4. `_update`: `update.update_on` (collate, `prepare`, `ppo_update`) turns them into gradient
+     steps for any Policy; then the scheduler, the weight average and the KL controller;
   5. metrics go to metrics.jsonl and `report_to` (TensorBoard, wandb, MLflow); checkpoints atomic, `latest` last.
 """
 from __future__ import annotations
@@ -23,12 +24,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import torch
 
 from ragrl.algos.kl import make_kl_controller
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError, RetrievalOutage, TrainingCollapsed
-from ragrl.eval.harness import score
 from ragrl.eval.report import write_trajectories
 from ragrl.methods.base import method_for
 from ragrl.policy.fsdp import (
@@ -38,10 +37,8 @@ from ragrl.policy.fsdp import (
     shard_params,
 )
 from ragrl.retrieval.client import RetrievalUnavailable
-from ragrl.rewards.registry import make_reward, reward_needs
-from ragrl.rewards.search import gold_recall, question_answer_ranks
+from ragrl.rewards.registry import make_reward
 from ragrl.rewards.schedule import RewardSchedule
-from ragrl.rollout.trajectory import EpisodeEnd
 from ragrl.train.averaging import WeightAverage
 from ragrl.train.check import check_combinations
 from ragrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -57,7 +54,7 @@ from ragrl.train.distributed import (
     wants_sharded_params,
 )
 from ragrl.train.experts import ExpertSource, take_policy_logprobs
-from ragrl.train.guards import CollapseWatch, Trip, sampled_entropy, scale_learning_rate
+from ragrl.train.guards import CollapseWatch, Trip, scale_learning_rate
 from ragrl.train.progress import TrainProgress
 from ragrl.train.rank_watch import RankWatch, is_collective_failure
 from ragrl.train.rng import get_rng_state, seed_everything, set_rng_state
@@ -72,8 +69,9 @@ from ragrl.train.run_dir import (
 )
 from ragrl.train.setup import build_setup
 from ragrl.train.steps import make_scheduler, step_questions
-from ragrl.train.step_metrics import rows_of_informative_groups, timing_metrics, trajectory_metrics
-from ragrl.train.update import ppo_update, prepare
+from ragrl.train.scoring import score_step
+from ragrl.train.step_metrics import timing_metrics, trajectory_metrics
+from ragrl.train.update import update_on
 
 log = logging.getLogger("ragrl.train")
 
@@ -394,22 +392,12 @@ class Trainer:
 
     def _score(self, samples: list[dict], trajs: list) -> list:
         """Phase 1b: the step's reward on every episode (and on the expert episodes it adds) -> experts."""
-        cfg = self.cfg
-        reward_fn = make_reward(self.rewards.at(self.step))
-        # By id, not group: a pipeline's agents have groups of their own (GRPO never mixes agents).
-        by_id = {str(s.get("id", i)): s for i, s in enumerate(samples)}
-        if reward_needs(reward_fn, "needs_question_rank"):   # search_gain: what the question's own search finds
-            r = cfg.rollout
-            question_answer_ranks(samples, self.setup.extras["retriever"], max(r.max_turns * r.max_queries_per_call * r.topk, 10))
+        r = self.cfg.rollout
         experts = self.experts(samples, trajs, self.step) if self.experts is not None else []
-        for t in trajs + experts:
-            sample = by_id[t.sample_id]
-            t.reward = float(reward_fn(t, sample))
-            if t.stop_reason == EpisodeEnd.TIMEOUT and cfg.guard.timeout_reward is not None:
-                t.reward = cfg.guard.timeout_reward   # the recipe's rule for an episode cut by a wall-time bound
-            score(t)
-            if sample.get("gold_passage_ids"):
-                t.metrics["gold_recall"] = gold_recall(t.retrieved_ids, sample["gold_passage_ids"])
+        score_step(samples, trajs + experts, make_reward(self.rewards.at(self.step)),
+                   retriever=self.setup.extras.get("retriever"),
+                   question_depth=max(r.max_turns * r.max_queries_per_call * r.topk, 10),
+                   timeout_reward=self.cfg.guard.timeout_reward)
         return experts
 
     def _update(self, trajs: list, experts: list) -> tuple[dict, dict]:
@@ -422,34 +410,9 @@ class Trainer:
         learn = [t for t in trajs if self.setup.trains(t)] + experts
         if not learn:
             raise ConfigError(f"step {self.step}: no trajectory to learn from (frozen_agents: {cfg.frozen_agents})")
-        batch = self.policy.collate(learn)   # `prepare` moves it to the policy's device
-        kept = rows_of_informative_groups(learn) if cfg.algo.drop_flat_groups else range(len(learn))
-        # The update's rows; `batch` keeps them all for the step's entropy, so guard.entropy_floor
-        # still sees the flat (often collapsed) groups the update leaves out.
-        update_batch = batch
-        if len(kept) < len(learn):
-            update_batch = batch.select(list(kept)) if kept else None
-        critic_only = self.step < cfg.critic_warmup
-        if update_batch is None:
-            log.info("step %d: every group's rewards are equal (algo.drop_flat_groups); the update is skipped",
-                     self.step)
-            prep, ustats = None, {"updates": 0.0, "update_skipped": 1.0}
-        elif self.world == 1 and float(update_batch.action_mask.sum()) == 0:
-            # Nothing the policy did this step (a retriever whose frozen generator never searched):
-            # no gradient to take; said in the log and in the step's row, and the step goes on.
-            log.warning("step %d: no action of the policy in %d trajectories; the update is skipped",
-                        self.step, len(learn))
-            prep, ustats = None, {"updates": 0.0, "update_skipped": 1.0}
-        else:
-            prep = prepare(self.policy, update_batch, cfg.algo, self.kl.value, cfg.algo.micro_batch_size)
-            g = torch.Generator().manual_seed(cfg.seed * 7919 + self.step)
-            ustats = ppo_update(self.policy, self.optimizer, prep, cfg.algo, self.kl.value, cfg.max_grad_norm, g,
-                                critic_only=critic_only)
-        ustats["critic_only"] = float(critic_only)
-        ustats["update_trajectories"] = float(len(kept))
-        ustats["guard/nonfinite_skipped"] = float(ustats.pop("nonfinite_skipped", 0))
-        if float(batch.action_mask.sum()):
-            ustats["action_entropy"] = sampled_entropy(batch.old_logprobs, batch.action_mask)
+        prep, ustats = update_on(self.policy, self.optimizer, learn, cfg.algo, self.kl.value, cfg.max_grad_norm,
+                                 seed=cfg.seed * 7919 + self.step, step=self.step,
+                                 critic_only=self.step < cfg.critic_warmup, single_rank=self.world == 1)
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)

@@ -23,7 +23,9 @@ from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, compute_ad
 from ragrl.policy.base import ActionBatch, Policy
 from ragrl.policy.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 from ragrl.train.config import AlgoConfig
+from ragrl.train.guards import sampled_entropy
 from ragrl.train.distributed import all_sum, is_distributed
+from ragrl.train.step_metrics import rows_of_informative_groups
 
 log = logging.getLogger("ragrl.train")
 
@@ -85,6 +87,41 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
                                   values=values, mask=mask, group_ids=batch.group_ids, **settings)
     reshard(policy.module)   # FSDP keeps the root's weights gathered after a forward with no backward
     return Prepared(batch, adv, ret, values, ref, stats)
+
+
+def update_on(policy: Policy, optimizer, learn: list, cfg: AlgoConfig, kl_coef: float, max_grad_norm: float,
+              *, seed: int, step: int, critic_only: bool, single_rank: bool) -> tuple[Prepared | None, dict]:
+    """The gradient steps of one RL step on the trajectories `learn` -> (prepared targets or None, stats).
+
+    The batch is collated once; with `cfg.drop_flat_groups` the update takes only the rows of
+    groups whose rewards differ, while `action_entropy` (which guard.entropy_floor reads) covers
+    them all, flat (often collapsed) groups included. No update is taken when every group is flat,
+    or when the policy took no action in any row (a retriever whose frozen generator never
+    searched), and the stats say so. `seed` seeds the minibatch order.
+    """
+    batch = policy.collate(learn)   # `prepare` moves it to the policy's device
+    kept = rows_of_informative_groups(learn) if cfg.drop_flat_groups else range(len(learn))
+    update_batch = batch
+    if len(kept) < len(learn):
+        update_batch = batch.select(list(kept)) if kept else None
+    prep = None
+    if update_batch is None:
+        log.info("step %d: every group's rewards are equal (algo.drop_flat_groups); the update is skipped", step)
+        stats = {"updates": 0.0, "update_skipped": 1.0}
+    elif single_rank and float(update_batch.action_mask.sum()) == 0:
+        # Under several ranks every rank must still join the collectives, so only one rank may skip.
+        log.warning("step %d: no action of the policy in %d trajectories; the update is skipped", step, len(learn))
+        stats = {"updates": 0.0, "update_skipped": 1.0}
+    else:
+        prep = prepare(policy, update_batch, cfg, kl_coef, cfg.micro_batch_size)
+        stats = ppo_update(policy, optimizer, prep, cfg, kl_coef, max_grad_norm,
+                           torch.Generator().manual_seed(seed), critic_only=critic_only)
+    stats["critic_only"] = float(critic_only)
+    stats["update_trajectories"] = float(len(kept))
+    stats["guard/nonfinite_skipped"] = float(stats.pop("nonfinite_skipped", 0))
+    if float(batch.action_mask.sum()):
+        stats["action_entropy"] = sampled_entropy(batch.old_logprobs, batch.action_mask)
+    return prep, stats
 
 
 def row_lengths(batch: ActionBatch) -> torch.Tensor | None:
