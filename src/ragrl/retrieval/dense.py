@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import faiss
 
 
-def _faiss():
+def faiss_module():
     """faiss, imported when a dense index is built or read, not with ragrl.retrieval: a BM25-only run
     never needs it, and a lent GPU machine lacks the wheel (18 MiB of a call's 64 MiB carry)."""
     import faiss  # late: only dense indexes need it (see the docstring)
@@ -65,7 +65,7 @@ def embedding_dim(model) -> int:
 
 
 def _faiss_index(embeddings: np.ndarray, hnsw: bool) -> faiss.Index:
-    return make_faiss_index(_faiss(), embeddings, "hnsw" if hnsw else "flat")[0]
+    return make_faiss_index(faiss_module(), embeddings, "hnsw" if hnsw else "flat")[0]
 
 
 class DenseIndex:
@@ -140,7 +140,7 @@ class DenseIndex:
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / EMBEDDINGS_FILE, self.embeddings)
         if self.hnsw:
-            _faiss().write_index(self.index, str(directory / INDEX_FILES["hnsw"]))
+            faiss_module().write_index(self.index, str(directory / INDEX_FILES["hnsw"]))
 
     @classmethod
     def write(cls, corpus: Corpus, directory: str | Path, work_dir: str | Path, encoder: str, *, index: str = "flat",
@@ -164,9 +164,9 @@ class DenseIndex:
                 corpus, lambda texts: encode(model, texts, batch_size=batch_size), dim, target, work_dir,
                 identity=identity, chunk_rows=batch_size * max(1, dense_build.ENCODE_CHUNK_ROWS // batch_size),
                 progress=progress)
-        faiss_index, params = make_faiss_index(_faiss(), embeddings, index, nlist=nlist, pq_m=pq_m, progress=progress)
+        faiss_index, params = make_faiss_index(faiss_module(), embeddings, index, nlist=nlist, pq_m=pq_m, progress=progress)
         if index != "flat":
-            _faiss().write_index(faiss_index, str(directory / INDEX_FILES[index]))
+            faiss_module().write_index(faiss_index, str(directory / INDEX_FILES[index]))
         if recall_queries > 0 and index != "flat":
             search = _search_params(index, params.get("nprobe"), 11)
             params["recall_at_10"] = recall_at_k(faiss_index, embeddings, queries=recall_queries, search_params=search)
@@ -204,7 +204,7 @@ class DenseIndex:
         """A faiss index file as Search-R1 and FlashRAG ship theirs (row i = corpus line i), memory-
         mapped where faiss can (flat and IVF codes), checked with `check_faiss_index`."""
         index = read_faiss(path)
-        dense = cls(corpus, encoder, None, index, hnsw=_is_hnsw(index), query_prefix=query_prefix, nprobe=nprobe)
+        dense = cls(corpus, encoder, None, index, hnsw=is_hnsw(index), query_prefix=query_prefix, nprobe=nprobe)
         check_faiss_index(index, corpus, dense.model, encoder, source=str(path))
         return dense
 
@@ -213,14 +213,14 @@ def _search_params(kind: str, nprobe: int | None, k: int):
     """Per-call search parameters, so concurrent searches don't race: the HNSW beam at least k wide,
     the IVF lists to visit."""
     if kind == "hnsw":
-        return _faiss().SearchParametersHNSW(efSearch=max(64, 2 * k))
+        return faiss_module().SearchParametersHNSW(efSearch=max(64, 2 * k))
     if kind.startswith("ivf") and nprobe:
-        return _faiss().SearchParametersIVF(nprobe=int(nprobe))
+        return faiss_module().SearchParametersIVF(nprobe=int(nprobe))
     return None
 
 
 def read_faiss(path: str | Path) -> faiss.Index:
-    faiss_ = _faiss()
+    faiss_ = faiss_module()
     try:
         try:
             return faiss_.read_index(str(path), faiss_.IO_FLAG_MMAP | faiss_.IO_FLAG_READ_ONLY)
@@ -232,13 +232,14 @@ def read_faiss(path: str | Path) -> faiss.Index:
         raise RagrlError(f"{path}: cannot read a faiss index ({str(e).strip().splitlines()[0]})") from None
 
 
-def _is_hnsw(index) -> bool:
-    return isinstance(_faiss().downcast_index(index), _faiss().IndexHNSW)
+def is_hnsw(index) -> bool:
+    """Whether a faiss index (any wrapper around it) is an HNSW graph: it is searched with efSearch."""
+    return isinstance(faiss_module().downcast_index(index), faiss_module().IndexHNSW)
 
 
 def check_faiss_index(index, corpus: Corpus, model, encoder: str, *, source: str) -> None:
     """Refuse a faiss index this encoder cannot search: another row count, dimension or metric."""
-    faiss_ = _faiss()
+    faiss_ = faiss_module()
     if index.ntotal != len(corpus):
         raise IndexMismatchError(f"{source}: {index.ntotal} vectors for a corpus of {len(corpus)} passages "
                                  f"({corpus.path}); they must be one per corpus line, in file order")

@@ -21,7 +21,7 @@ import numpy as np
 from ragrl.errors import IndexMismatchError, RagrlError
 from ragrl.models.embedder import canonical_embedder_name, load_embedder
 from ragrl.retrieval.corpus import Corpus
-from ragrl.retrieval.dense import _faiss, _is_hnsw, check_faiss_index, encode, passage_text, read_faiss
+from ragrl.retrieval.dense import check_faiss_index, encode, faiss_module, is_hnsw, passage_text, read_faiss
 from ragrl.retrieval.index import StagedIndex
 
 log = logging.getLogger("ragrl.retrieval")
@@ -51,10 +51,10 @@ def import_faiss_index(faiss_file: str | Path, corpus_path: str | Path, out_dir:
         matched = check_stored_vectors(index, stage.corpus, model, encoder, source=str(faiss_file),
                                        prefixes=PASSAGE_PREFIXES if passage_prefix is None else (passage_prefix,))
         st = faiss_file.stat()
-        params = {"hnsw": _is_hnsw(index), "query_prefix": query_prefix, "nprobe": nprobe, "passages_as": matched,
+        params = {"hnsw": is_hnsw(index), "query_prefix": query_prefix, "nprobe": nprobe, "passages_as": matched,
                   "faiss": {"path": str(faiss_file), "relpath": os.path.relpath(faiss_file, stage.out_dir),
                             "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-                            "type": type(_faiss().downcast_index(index)).__name__}}
+                            "type": type(faiss_module().downcast_index(index)).__name__}}
         stage.finish(kind="dense", params=params, encoder=canonical_embedder_name(encoder), embedding_dim=int(index.d))
     return stage.out_dir
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import ragrl
-from ragrl.errors import IndexMismatchError, RagrlError
+from ragrl.errors import CorpusError, IndexMismatchError, RagrlError
 from ragrl.models.embedder import canonical_embedder_name
 from ragrl.paths import file_lock
 from ragrl.retrieval.base import Hit
@@ -346,10 +346,22 @@ def _open_corpus(index_dir: Path, manifest: dict, corpus: str | Path | None) -> 
         raise RagrlError(f"index {index_dir} searches the corpus {recorded['path']} (sha256 "
                          f"{recorded['sha256'][:12]}), which is not there; put it back, or pass its new place "
                          f"as load_index(..., corpus=PATH)")
-    check_unchanged(where, recorded, what=f"index {index_dir}")
     if recorded["storage"] == "disk":
+        check_unchanged(where, recorded, what=f"index {index_dir}")
         return open_corpus_on_disk(where, index_dir, recorded["sha256"])
-    return load_corpus(where)
+    # Held in memory: load_corpus hashes the bytes it reads, so the file is read and hashed once, not
+    # once to check it and again to load it. A file that no longer parses is checked first against
+    # the record, so a replaced corpus is named as such rather than as a malformed one.
+    try:
+        passages = load_corpus(where)
+    except CorpusError:
+        check_unchanged(where, recorded, what=f"index {index_dir}")
+        raise
+    if passages.sha256 != recorded["sha256"]:
+        raise IndexMismatchError(f"index {index_dir} was built from corpus sha256 {recorded['sha256']} "
+                                 f"({recorded.get('path', where)}), but {where} has sha256 {passages.sha256}; "
+                                 "rebuild the index")
+    return passages
 
 
 def _load_backend(index_dir: Path, manifest: dict, passages: Corpus):
