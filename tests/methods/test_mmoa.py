@@ -249,6 +249,7 @@ def test_mappo_trainer_consumes_pipeline_trajectories_and_freezes_agents(tiny_mo
 
 def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, demo_bm25_dir, tmp_path, monkeypatch):
     from ragrl.train import trainer as trainer_module
+    from ragrl.train import update as update_module
     from ragrl.train.recipe import load_train_config
 
     cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
@@ -259,7 +260,7 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
     lora = [p for p in trainer.policy.module.parameters() if p.requires_grad]
     head = list(trainer.policy.value_head.parameters())
     moved = []   # per step: (critic_only, LoRA changed, value head changed)
-    real = trainer_module.ppo_update
+    real = update_module.ppo_update
 
     def recording(policy, *args, critic_only=False, **kw):
         before = [p.detach().clone() for p in lora + head]
@@ -268,7 +269,7 @@ def test_critic_warmup_trains_only_the_value_head_for_its_steps(tiny_model_dir, 
         moved.append((critic_only, any(changed[:len(lora)]), any(changed[len(lora):])))
         return out
 
-    monkeypatch.setattr(trainer_module, "ppo_update", recording)
+    monkeypatch.setattr(update_module, "ppo_update", recording)
     rows = trainer.train(progress=False)
     assert moved == [(True, False, True), (True, False, True), (False, True, True)]
     assert [r["critic_only"] for r in rows] == [1.0, 1.0, 0.0]
@@ -291,6 +292,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     selections of one pipeline, and each pipeline's generator answers both; with
     mmoa.generator_samples = 2 the generator's groups are the 2 answers to one selection."""
     from ragrl.train import trainer as trainer_module
+    from ragrl.train import update as update_module
     from ragrl.train.recipe import load_train_config
 
     cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
@@ -304,7 +306,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
     trainer = trainer_module.Trainer(cfg)
     assert trainer.policy.has_values
     seen = []
-    real = trainer_module.prepare
+    real = update_module.prepare
 
     def recording(policy, batch, *a, **k):
         # The tiny random model's rewards are flat (every rewriter penalised, F1 0): give each
@@ -313,7 +315,7 @@ def test_mappo_with_group_baseline_centres_each_agents_rewards_on_its_own_sample
         seen.append((batch, real(policy, batch, *a, **k)))
         return seen[-1][1]
 
-    monkeypatch.setattr(trainer_module, "prepare", recording)
+    monkeypatch.setattr(update_module, "prepare", recording)
     rows = trainer.train(progress=False)
     assert rows[0]["updates"] >= 1 and "value_loss" in rows[0]
     assert "eval/selector_f1" in rows[-1] and (tmp_path / "run" / "best_adapter").is_dir()   # keep_best ran
@@ -347,16 +349,17 @@ def test_eval_start_evaluates_the_start_and_offers_it_to_keep_best(tiny_model_di
     from safetensors.torch import load_file
 
     from ragrl.train import trainer as trainer_module
+    from ragrl.train import update as update_module
     from ragrl.train.recipe import load_train_config
 
-    real = trainer_module.prepare
+    real = update_module.prepare
 
     def varied(policy, batch, *a, **k):
         # Flat rewards (all 0) would leave the weights where they began: give each sample its own.
         batch.scores = torch.arange(len(batch.scores), dtype=batch.scores.dtype) * 0.1
         return real(policy, batch, *a, **k)
 
-    monkeypatch.setattr(trainer_module, "prepare", varied)
+    monkeypatch.setattr(update_module, "prepare", varied)
 
     cfg = load_train_config("mmoa_mappo", [f"model.name={tiny_model_dir}", "model.dtype=float32",
                                            f"data.index={demo_bm25_dir}", "data.train=demo-train", "steps=1",

@@ -17,7 +17,7 @@ from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.config import ModelConfig
-import ragrl.train.trainer as trainer_module
+import ragrl.train.update as update_module
 from ragrl.train.experts import corpus_passages, expert_episodes, take_policy_logprobs
 from ragrl.train.recipe import load_train_config, run_recipe
 from ragrl.train.update import ppo_update
@@ -128,7 +128,7 @@ def test_a_step_with_experts_learns_from_them_and_reports_them_apart(tmp_path, t
         seen.append((len(prep.batch), prep.batch.group_ids.tolist()))
         return ppo_update(policy, optimizer, prep, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "ppo_update", spy)
+    monkeypatch.setattr(update_module, "ppo_update", spy)
     base = load_train_config("search_r1_grpo", [], "learn")
     sets = one_step_overrides(base, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
     cfg = load_train_config("search_r1_grpo", sets + ["experts_per_group=1", "sft.steps=0", "questions_per_step=4",
