@@ -3,6 +3,7 @@
 Dense encoding is slow on a shared CPU (~10-40 passages/s), so the corpus is 30 passages and
 each index is built once per session.
 """
+import gzip
 import json
 import os
 import shutil
@@ -124,6 +125,26 @@ def test_rrf_fusion_math():
     assert [pid for pid, _ in rrf_fuse([["a", "b"], ["b", "a"]], 60)] == ["a", "b"]  # tie: first seen
 
 
+def test_a_gzipped_corpus_is_held_in_memory_and_a_changed_one_is_refused(corpus_file, tmp_path):
+    """A .gz corpus is loaded (and hashed) once; one that differs from the manifest's, or was replaced by
+    bytes that no longer parse, is named as another corpus than the index was built from."""
+    gz = tmp_path / "small.jsonl.gz"
+    gz.write_bytes(gzip.compress(corpus_file.read_bytes()))
+    built = build_index(gz, tmp_path / "bm25", kind="bm25", progress=False)
+    manifest = load_index(built).manifest
+    assert manifest["corpus"]["storage"] == "memory"
+    assert len(load_index(built, corpus=gz)) == 30
+    other = tmp_path / "other.jsonl.gz"
+    other.write_bytes(gzip.compress(corpus_file.read_bytes() + b'{"id": "x", "title": "", "text": "extra"}\n'))
+    with pytest.raises(IndexMismatchError) as err:
+        load_index(built, corpus=other)
+    assert manifest["corpus_sha256"] in str(err.value) and load_corpus(other).sha256 in str(err.value)
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(b"not json\n"))
+    with pytest.raises(IndexMismatchError, match="rebuild the index"):
+        load_index(built, corpus=broken)
+
+
 def test_hybrid_score_is_the_fused_score(index_dirs, in_memory):
     hybrid = load_index(index_dirs["hybrid"])
     q = QUERIES[1]
@@ -143,6 +164,10 @@ def test_mismatched_corpus_or_encoder_is_refused(index_dirs, corpus_file, tmp_pa
         load_index(index_dirs["bm25"], corpus=other)
     assert manifest["corpus_sha256"] in str(err.value) and load_corpus(other).sha256 in str(err.value)
     assert len(load_index(index_dirs["bm25"], corpus=corpus_file)) == 30  # the right corpus is fine
+    broken = tmp_path / "broken.jsonl"   # a corpus replaced by one that does not parse: named as replaced
+    broken.write_text("not json\n")
+    with pytest.raises(IndexMismatchError, match="rebuild the index"):
+        load_index(index_dirs["bm25"], corpus=broken)
 
     with pytest.raises(IndexMismatchError, match="'all-minilm-l6-v2'.*'BAAI/bge-small-en'"):
         load_index(index_dirs["dense"], encoder="BAAI/bge-small-en")

@@ -24,7 +24,6 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-
 from ragrl.algos.kl import make_kl_controller
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError, RetrievalOutage, TrainingCollapsed
@@ -67,10 +66,10 @@ from ragrl.train.run_dir import (
     setup_file_logging,
     write_resolved_config,
 )
-from ragrl.train.setup import build_setup
-from ragrl.train.steps import make_scheduler, step_questions
 from ragrl.train.scoring import score_step
+from ragrl.train.setup import build_setup
 from ragrl.train.step_metrics import timing_metrics, trajectory_metrics
+from ragrl.train.steps import make_scheduler, step_questions
 from ragrl.train.update import update_on
 
 log = logging.getLogger("ragrl.train")

@@ -23,8 +23,8 @@ from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, compute_ad
 from ragrl.policy.base import ActionBatch, Policy
 from ragrl.policy.fsdp import clip_grad_norm, is_dtensor, is_sharded, reshard
 from ragrl.train.config import AlgoConfig
-from ragrl.train.guards import sampled_entropy
 from ragrl.train.distributed import all_sum, is_distributed
+from ragrl.train.guards import sampled_entropy
 from ragrl.train.step_metrics import rows_of_informative_groups
 
 log = logging.getLogger("ragrl.train")
@@ -100,16 +100,15 @@ def update_on(policy: Policy, optimizer, learn: list, cfg: AlgoConfig, kl_coef: 
     searched), and the stats say so. `seed` seeds the minibatch order.
     """
     batch = policy.collate(learn)   # `prepare` moves it to the policy's device
-    kept = rows_of_informative_groups(learn) if cfg.drop_flat_groups else range(len(learn))
-    update_batch = batch
-    if len(kept) < len(learn):
-        update_batch = batch.select(list(kept)) if kept else None
+    kept = rows_of_informative_groups(learn) if cfg.drop_flat_groups else list(range(len(learn)))
+    update_batch = batch if len(kept) == len(learn) else batch.select(kept) if kept else None
     prep = None
     if update_batch is None:
         log.info("step %d: every group's rewards are equal (algo.drop_flat_groups); the update is skipped", step)
         stats = {"updates": 0.0, "update_skipped": 1.0}
     elif single_rank and float(update_batch.action_mask.sum()) == 0:
-        # Under several ranks every rank must still join the collectives, so only one rank may skip.
+        # One rank only: under several, a rank that skipped would leave the others waiting in the
+        # gradient all-reduce, so every rank takes the (zero) update.
         log.warning("step %d: no action of the policy in %d trajectories; the update is skipped", step, len(learn))
         stats = {"updates": 0.0, "update_skipped": 1.0}
     else:
