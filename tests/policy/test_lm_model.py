@@ -112,7 +112,8 @@ def test_a_warm_started_runs_kl_reference_is_the_policy_it_starts_from(tiny_mode
     """After an SFT warm start (or from `model.init_adapter`) the KL reference is the warm-started
     policy, frozen: not the base model under the adapter, and not moved by RL's updates."""
     from ragrl.train.config import ModelConfig
-    from ragrl.policy.lm_model import build_policy, freeze_reference, reference_context
+    from ragrl.models.agent_adapters import reference_context
+    from ragrl.policy.lm_model import build_policy, freeze_reference
     from ragrl.train.rng import seed_everything
 
     seed_everything(0)

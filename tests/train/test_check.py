@@ -19,6 +19,7 @@ from ragrl.train.recipe import load_train_config
     ("policy=retreiver", ["policy", "did you mean 'retriever'"]),
     ("data.shuffle=false", ["data.shuffle"]),
     ("rollout.first_action=serch", ["rollout.first_action", "did you mean 'search'"]),
+    ("rollout.answer_by=strat", ["rollout.answer_by", "did you mean 'start'"]),
 ])
 def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     t0 = time.perf_counter()
@@ -56,6 +57,9 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     # the tiny variant's warm start teaches a quarter of direct answers, which a forced search forbids
     (["rollout.first_action=search"], "sft.direct_frac=0.25 teaches answers without a search"),
     (["rollout.first_action=search", "sft.direct_frac=0", "agent=mmoa"], "agent 'mmoa' .* has no multi-turn search"),
+    (["rollout.answer_by=start", "agent=mmoa"], "rollout.answer_by=start .* agent 'mmoa' .* has no tagged answer"),
+    (["rollout.answer_by=start", "model.lora=false"], "rollout.answer_by=start needs model.lora=true"),
+    (["rollout.answer_by=start", "model.engine=static"], "rollout.answer_by=start switches LoRA adapters .* model.engine=static"),
     (["experts_per_group=-1"], "experts_per_group must be >= 0, got -1"),
     (["experts_per_group=1", "agent=mmoa"], "experts_per_group=1 adds gold search episodes .* agent 'mmoa'"),
     (["experts_per_group=1", "algo.estimator=gae", "algo.value_coef=0.5"],

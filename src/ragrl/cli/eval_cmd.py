@@ -126,6 +126,8 @@ def register(app: typer.Typer) -> None:
         from ragrl.policy.lm_model import resolve_device  # late: keeps `ragrl --help` instant
 
         engine_kind = engine_kind or (trained.model.engine if trained else "auto")
+        if rollout.answer_by == "start" and engine_kind == "auto":
+            engine_kind = "hf"   # it switches adapters between calls, which a compiled step would not see
         try:   # before any work
             torch_device = resolve_device(device, setting="--device")
         except ConfigError as error:
@@ -175,7 +177,9 @@ def register(app: typer.Typer) -> None:
         if adapter is not None:   # one shared LoRA adapter, or one per agent (MMOA-RAG per_agent)
             from ragrl.models.agent_adapters import load_adapters  # late: keeps `ragrl --help` instant
 
-            lm = load_adapters(lm, adapter)
+            # answer_by=start: a warm-started run's answers come from the start saved beside its adapter
+            with_start = rollout.answer_by == "start" and bool(trained and trained.model.init_adapter)
+            lm = load_adapters(lm, adapter, with_start=with_start)
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
                                             compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:

@@ -118,15 +118,17 @@ def system_key(system: System, ctx: Context) -> dict:
                else runner_settings(cfg, get_protocol(cfg.agent).runner, evaluation=True))
         # The rollout as evaluated, not as trained: two runs that differ only in how they sampled or
         # scheduled training episodes (temperature, n, end_after_searches, ...) share their start.
-        key.update(model=cfg.model.name, agent=cfg.agent, rollout=evaluated_rollout(cfg, ctx).__dict__,
+        key.update(model=cfg.model.name, agent=cfg.agent, rollout=evaluated_rollout(cfg, ctx, system.role).__dict__,
                    settings=own.__dict__ if own is not None else None, corpus=system.run.search.corpus_sha256)
     return json.loads(json.dumps(key, default=str))
 
 
-def evaluated_rollout(cfg, ctx: Context) -> RolloutConfig:
+def evaluated_rollout(cfg, ctx: Context, role: str = "trained") -> RolloutConfig:
     """A run's rollout as a comparison runs it: greedy, one episode a question, the comparison's seed,
-    the training-only settings at their evaluation values."""
-    return replace(cfg.rollout, temperature=0.0, n=1, seed=ctx.seed, **TRAINING_ONLY)
+    the training-only settings at their evaluation values; a start (`role`) writes its own answers,
+    which is what `answer_by: start` asks of it."""
+    answer_by = "policy" if role == "start" else cfg.rollout.answer_by
+    return replace(cfg.rollout, temperature=0.0, n=1, seed=ctx.seed, answer_by=answer_by, **TRAINING_ONLY)
 
 
 def _batches(ctx: Context, name: str, fn) -> list[Trajectory]:
@@ -139,7 +141,7 @@ def _agent_episodes(system: System, ctx: Context, engine, retriever) -> list[lis
     """Each question's trajectories (every agent), the answering one first."""
     cfg = system.run.cfg
     protocol = get_protocol(cfg.agent)
-    rollout = evaluated_rollout(cfg, ctx)
+    rollout = evaluated_rollout(cfg, ctx, system.role)
     settings = runner_settings(cfg, protocol.runner, evaluation=True)
     trajs = _batches(ctx, system.name,
                      lambda batch: run_agent(engine, protocol, retriever, batch, rollout, settings=settings)[0])
@@ -171,11 +173,15 @@ def _baseline(system: System, ctx: Context) -> list[list[Trajectory]]:
     return [[t] for t in trajs]
 
 
-def _lm_engine(model_name: str, artifact: Path | None, ctx: Context, compile_mode: str = "auto"):
+def _lm_engine(model_name: str, artifact: Path | None, ctx: Context, compile_mode: str = "auto",
+               with_start: bool = False):
+    """An engine over `model_name` with `artifact`'s adapters; `with_start`: and the frozen start beside
+    them, switched to by `rollout.answer_by: start` (the hf engine: a compiled step would not see it)."""
     lm, tok = load_policy(model_name, device=ctx.device)
     if artifact is not None:
-        lm = load_adapters(lm, artifact)
-    return make_engine("auto", lm, tok, max_batch_size=ctx.batch_size, compile_mode=compile_mode)
+        lm = load_adapters(lm, artifact, with_start=with_start)
+    return make_engine("hf" if with_start else "auto", lm, tok, max_batch_size=ctx.batch_size,
+                       compile_mode=compile_mode)
 
 
 def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
@@ -190,7 +196,10 @@ def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
         # a frozen generator searching with the (trained or starting) encoder, as it was trained
         engine = _lm_engine(own.generator, own.generator_adapter, ctx)
         return _agent_episodes(system, ctx, engine, system.run.method.eval_retriever(cfg, system.artifact))
-    engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile)
+    # answer_by=start: a warm-started run's start is the adapter it saved beside its own (a run from the
+    # base model answers with the base, adapters off); a start system answers with itself anyway
+    with_start = evaluated_rollout(cfg, ctx, system.role).answer_by == "start" and bool(cfg.model.init_adapter)
+    engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile, with_start=with_start)
     return _agent_episodes(system, ctx, engine, ctx.retriever)
 
 

@@ -16,6 +16,7 @@ agent's adapter never receives one.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from torch import nn
 
 AGENT_ADAPTERS = "ragrl_agent_adapters"     # model attribute: {agent: adapter name}
 TRAINABLE = "ragrl_trainable_adapters"      # model attribute: adapter names that train
+REFERENCE_ADAPTER = "reference"             # the frozen copy of the adapter a run started from
 
 
 def make_agent_adapters(model: nn.Module, agents: list[str], trainable: set[str] | None = None) -> dict[str, str]:
@@ -68,13 +70,24 @@ def activate_agent(model: nn.Module | None, agent: str | None) -> None:
         _activate(m, mapping[agent])
 
 
-def load_adapters(base: nn.Module, adapter_dir: str | Path) -> nn.Module:
+def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool = False) -> nn.Module:
     """A peft model over `base` holding what `adapter_dir` holds: one shared adapter, or one per
-    agent (then it switches by agent, as in training). Nothing trains."""
+    agent (then it switches by agent, as in training). Nothing trains. `with_start`
+    (`rollout.answer_by: start`): the frozen start a warm-started run saved beside its adapter
+    (`reference/`) is loaded too, as the adapter `reference_context` switches to; it is refused
+    when missing, since the base model would then answer in the start's place."""
     from peft import PeftModel  # late: peft takes ~3 s to import
 
     d = Path(adapter_dir)
     agents = _agent_dirs(d)
+    if with_start:
+        if agents or not (d / REFERENCE_ADAPTER / "adapter_config.json").is_file():
+            raise ValueError(f"{d} holds no frozen start ({REFERENCE_ADAPTER}/ beside one shared adapter) to "
+                             "write the answers (rollout.answer_by=start)")
+        model = PeftModel.from_pretrained(base, str(d))
+        model.load_adapter(str(d / REFERENCE_ADAPTER), adapter_name=REFERENCE_ADAPTER)
+        model.set_adapter("default")
+        return model
     if not agents:
         return PeftModel.from_pretrained(base, str(d))
     model = PeftModel.from_pretrained(base, str(d / agents[0]), adapter_name=agents[0])
@@ -112,6 +125,24 @@ def restore_active(model: nn.Module, name: str) -> None:
         _activate(model, name)
     else:
         model.set_adapter(name)
+
+
+@contextlib.contextmanager
+def reference_context(model: nn.Module):
+    """Context in which `model` computes with the weights its run started from: the frozen
+    `reference` adapter where there is one (ragrl.policy.lm_model.freeze_reference), else the base
+    model (LoRA adapters off). The KL reference, and `rollout.answer_by: start`'s answer writer."""
+    m = _peft(model)
+    if REFERENCE_ADAPTER in getattr(m, "peft_config", {}):
+        active = m.active_adapter
+        m.set_adapter(REFERENCE_ADAPTER)
+        try:
+            yield
+        finally:
+            restore_active(m, active)   # the reference is frozen again; the trainable adapters train
+        return
+    with (m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()):
+        yield
 
 
 def _activate(model: nn.Module, name: str) -> None:

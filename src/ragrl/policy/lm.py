@@ -12,10 +12,10 @@ import contextlib
 import torch
 from torch import nn
 
-from ragrl.models.agent_adapters import activate_agent, agent_adapter_map
+from ragrl.models.agent_adapters import activate_agent, agent_adapter_map, reference_context
 from ragrl.policy.base import ValueHeadPolicy
 from ragrl.policy.batch import TrajBatch, collate
-from ragrl.policy.lm_model import ValueHead, forward_actions, reference_context
+from ragrl.policy.lm_model import ValueHead, forward_actions
 
 
 class LMPolicy(ValueHeadPolicy):

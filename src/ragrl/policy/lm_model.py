@@ -6,7 +6,6 @@ builds no autograd graph, which roughly halves the backward cost on CPU.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import os
@@ -17,7 +16,7 @@ from transformers import DynamicCache
 
 from ragrl.errors import ConfigError
 from ragrl.models.hf_compat import cache_keyword
-from ragrl.models.agent_adapters import restore_active
+from ragrl.models.agent_adapters import REFERENCE_ADAPTER
 from ragrl.models.lm_weights import load_policy
 from ragrl.policy.logprobs import decoder_and_head, decoder_hidden_states, logprobs_from_hidden, run_decoder
 from ragrl.policy.model_config import ModelConfig
@@ -127,9 +126,6 @@ def _cpu_has_native_bf16() -> bool:
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 
-REFERENCE_ADAPTER = "reference"
-
-
 def freeze_reference(model: nn.Module) -> None:
     """Make the current LoRA adapter's weights the KL reference as well: a frozen copy named
     `reference` (a warm-started run's reference is the policy RL starts from, not the base model
@@ -145,24 +141,6 @@ def freeze_reference(model: nn.Module) -> None:
     model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
     set_peft_model_state_dict(model, state, adapter_name=REFERENCE_ADAPTER)
     model.set_adapter(active)   # peft's set_adapter leaves only the active adapter trainable
-
-
-@contextlib.contextmanager
-def reference_context(model: nn.Module):
-    """Context in which `model` computes the reference policy: the frozen `reference` adapter
-    when `freeze_reference` made one, else the base model (LoRA adapters off)."""
-
-    m = model.module if hasattr(model, "module") and hasattr(model.module, "disable_adapter") else model
-    if REFERENCE_ADAPTER in getattr(m, "peft_config", {}):
-        active = m.active_adapter
-        m.set_adapter(REFERENCE_ADAPTER)
-        try:
-            yield
-        finally:
-            restore_active(m, active)   # the reference is frozen again; the trainable adapters train
-        return
-    with (m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()):
-        yield
 
 
 def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -33,6 +33,7 @@ from ragrl.retrieval.base import DocumentSampler, Hit, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.protocol import Action, TextProtocol
 from ragrl.rollout.snippets import snippet, truncate_words
+from ragrl.rollout.start_answers import AnsweringTurn, answer_by_start, check_start_can_answer
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 from ragrl.yaml_config import setting
 
@@ -65,6 +66,12 @@ class RolloutConfig:
         "reason `retrieved`; the last search's passages are recorded, not shown), so a reward on what "
         "the searches found trains the query writer without the turns after them (DeepRetrieval's "
         "setup, R1-Searcher's stage 1). Evaluation always runs whole episodes. null: off."))
+    answer_by: Literal["policy", "start"] = setting("policy", help=(
+        "Who writes an answer's text after the protocol's answer tag. policy: the policy. start: the "
+        "weights the run started from (model.init_adapter, kept frozen as the KL reference; the base "
+        "model without one), greedily, in training and evaluation alike: s3's frozen generator, so "
+        "training the searcher cannot move the reader. Those tokens are masked out of every loss. "
+        "Needs a LoRA policy and the hf engine."))
     topk: int = setting(3, help="Passages retrieved per query.")
     temperature: float = setting(1.0, help=(
         "Sampling temperature of the policy's training rollouts (evaluation decodes greedily). 0: greedy."))
@@ -110,6 +117,8 @@ class _State:
     deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
     opening: str = ""                  # text the runner wrote before the first turn (first_action: search)
     last_search: bool = False          # its pending search is the last one (end_after_searches)
+    turn_start: int = 0                # where its latest turn's generated ids start in traj.token_ids
+    turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
 
     def end(self, reason: EpisodeEnd) -> None:
         """The one way an episode ends: no turn follows, and the trajectory says why."""
@@ -231,6 +240,8 @@ def run_episodes(
     never interrupted, but an episode past its deadline ends before its next turn, ungenerated.
     """
     rollout_start = time.monotonic()   # at entry: building the prompts counts against max_rollout_s
+    if cfg.answer_by == "start":
+        check_start_can_answer(engine, protocol)
     # Every episode of this runner starts with the rollout, so its own clock starts at entry too.
     deadline = episode_deadline(cfg, rollout_start, episode_start=rollout_start)
     tok = engine.tokenizer
@@ -263,6 +274,12 @@ def run_episodes(
     for st in states:
         if not st.done:
             st.end(EpisodeEnd.MAX_TURNS)
+    if cfg.answer_by == "start":
+        t0 = time.perf_counter()
+        answer_by_start(engine, protocol, [AnsweringTurn(st.traj, st.turn_start, st.turn_opening) for st in states
+                                           if st.traj.stop_reason == EpisodeEnd.ANSWER],
+                        cfg.max_turn_tokens, cfg.max_response_tokens, stats)
+        stats["generate_s"] += time.perf_counter() - t0
     stats["timeouts"] = sum(st.traj.stop_reason == EpisodeEnd.TIMEOUT for st in states)
     return [st.traj for st in states], stats
 
@@ -374,6 +391,7 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
                   *, last_turn: bool) -> None:
     """Append the sampled turn (mask 1) and decide what the episode does next."""
     t = st.traj
+    st.turn_start, st.turn_opening = len(t.token_ids), st.opening
     t.token_ids += g.token_ids
     t.action_mask += [1] * len(g.token_ids)
     t.logprobs += list(g.logprobs)

@@ -60,6 +60,8 @@ class TextProtocol:
     search_in_think: bool = False
     #: the open and close tags of a query (None: the protocol's policy writes no search action)
     query: tuple[str, str] | None = None
+    #: the open and close tags of an answer (None: no tagged answer, so `rollout.answer_by: start` cannot act)
+    answer: tuple[str, str] | None = None
 
     def messages(self, question: str) -> list[dict[str, str]]:
         """Chat messages that open an episode (the engine applies the chat template)."""

@@ -151,6 +151,7 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "periodic evaluations, and there are none")
     check_agents(cfg)
     check_first_action(cfg)
+    check_answer_by(cfg)
     check_experts(cfg)
     check_guards(cfg)
     check_trackers(cfg.report_to)   # a tracker asked for is installed, and named once
@@ -211,6 +212,24 @@ def check_first_action(cfg: TrainConfig) -> None:
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
                           "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
+
+
+def check_answer_by(cfg: TrainConfig) -> None:
+    """rollout.answer_by=start needs an LM policy that plays multi-turn episodes with tagged answers, a
+    LoRA adapter (the start is kept as a frozen adapter beside it) and an engine that can switch to it."""
+    if cfg.rollout.answer_by != "start":
+        return
+    protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
+    if protocol is None or protocol.runner != "multi_turn" or protocol.answer is None:
+        raise ConfigError(f"rollout.answer_by=start lets the run's start write the answers of a multi-turn "
+                          f"agent, and agent {cfg.agent!r} (policy {cfg.policy}) has no tagged answer turn; "
+                          "set rollout.answer_by=policy")
+    if not cfg.model.lora:
+        raise ConfigError("rollout.answer_by=start needs model.lora=true: the start writes the answers from a "
+                          "frozen adapter beside the trained one, and a full fine-tune keeps no such copy")
+    if cfg.model.engine not in ("auto", "hf"):
+        raise ConfigError(f"rollout.answer_by=start switches LoRA adapters between calls, which model.engine="
+                          f"{cfg.model.engine} cannot: set model.engine=hf (or auto)")
 
 
 def check_experts(cfg: TrainConfig) -> None:

@@ -1,0 +1,105 @@
+"""`rollout.answer_by: start`: the weights a run started from write every answer (s3's frozen generator).
+
+When a searcher and its reader share one LoRA adapter, a reward on what the searches found trains
+the query turns and leaves the answer turn to drift with them (issue #53's candidate J: searches
+better, F1 4 points worse). s3 trains only the searcher and answers with a frozen generator; here
+the frozen generator is the policy the run started from (its SFT adapter, kept as the KL
+`reference`; the base model for a run without one), so the searcher's training cannot move it.
+
+After the episodes are played, each turn that answered is cut just after its answer tag, and the
+start writes the rest greedily, all of them in one batched `generate`. The policy's own answer
+tokens are dropped; the start's are appended with action_mask 0 and log-prob 0, as an observation's
+are (the policy did not write them, so no loss may credit it with them), and the turn is parsed
+again: an answer the start leaves unclosed is a format error, as the policy's would be.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ragrl.engines.base import Engine, SamplingParams
+from ragrl.errors import ConfigError, RagrlError
+from ragrl.models.agent_adapters import reference_context
+from ragrl.rollout.protocol import TextProtocol
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
+
+
+@dataclass
+class AnsweringTurn:
+    """An episode whose last turn answered, and where that turn starts in its ids."""
+
+    traj: Trajectory
+    turn_start: int          # index in traj.token_ids of the turn's first generated id
+    opening: str = ""        # text the runner wrote in front of the turn (rollout.first_action)
+
+
+def check_start_can_answer(engine: Engine, protocol: TextProtocol) -> None:
+    """Refuse `answer_by: start` where it cannot act, before any episode is played: a protocol with no
+    answer tags, an engine with no LoRA module to switch, or a compiled decode step (which would not
+    see the switch)."""
+    if getattr(protocol, "answer", None) is None:
+        raise ConfigError(f"rollout.answer_by=start: protocol {protocol.name!r} has no answer tags for the start "
+                          "to continue after; set rollout.answer_by=policy")
+    module = getattr(engine, "model", None)
+    peft = module.module if hasattr(module, "module") and hasattr(module.module, "peft_config") else module
+    if not hasattr(peft, "peft_config"):
+        raise ConfigError("rollout.answer_by=start needs an engine over a LoRA (peft) policy, whose start "
+                          f"weights it switches to; this {type(engine).__name__} has none (model.lora=true, "
+                          "model.engine=hf)")
+    if getattr(engine, "compile_mode", "off") != "off":
+        raise ConfigError("rollout.answer_by=start switches adapters between calls, which a compiled decode "
+                          "step would not see: set model.engine=hf (or model.compile=off)")
+
+
+def tag_end(tokenizer, ids: list[int], tag: str) -> int:
+    """The fewest leading ids of `ids` whose text holds `tag` (the cut just after an answer tag).
+
+    >>> from ragrl.models.lm_weights import SMOLLM2, load_tokenizer
+    >>> tok = load_tokenizer(SMOLLM2)
+    >>> ids = tok.encode("<think>x</think>\\n<answer> Paris </answer>", add_special_tokens=False)
+    >>> tok.decode(ids[:tag_end(tok, ids, "<answer>")])
+    '<think>x</think>\\n<answer>'
+    """
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    if tag not in text:
+        raise RagrlError(f"an answering turn holds no {tag!r}: {text[:200]!r}")
+    for k in range(1, len(ids) + 1):   # a tag ends within the first few ids after its start: short scans
+        if tag in tokenizer.decode(ids[:k], skip_special_tokens=False):
+            return k
+    return len(ids)
+
+
+def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[AnsweringTurn], max_turn_tokens: int,
+                    max_response_tokens: int, stats: dict) -> None:
+    """Replace what follows the answer tag of each turn in `turns` with the start's greedy
+    continuation (see the module docstring); `stats` gains the tokens and time as generate's."""
+    if not turns:
+        return
+    tok = engine.tokenizer
+    opener, closer = protocol.answer
+    cuts = [t.turn_start + tag_end(tok, t.traj.token_ids[t.turn_start:], opener) for t in turns]
+    params = [SamplingParams(max_new_tokens=max(1, min(max_turn_tokens - (cut - t.turn_start),
+                                                       max_response_tokens - (cut - t.traj.prompt_len))),
+                             temperature=0.0, stop=[closer], n=1, seed=0)
+              for t, cut in zip(turns, cuts)]
+    with reference_context(engine.model):
+        generations = engine.generate([t.traj.token_ids[:cut] for t, cut in zip(turns, cuts)], params)
+    for t, cut, (g, *_) in zip(turns, cuts, generations):
+        traj = t.traj
+        kept = t.opening + tok.decode(traj.token_ids[t.turn_start:cut], skip_special_tokens=False)
+        del traj.token_ids[cut:], traj.action_mask[cut:], traj.logprobs[cut:]
+        traj.token_ids += g.token_ids
+        traj.action_mask += [0] * len(g.token_ids)
+        traj.logprobs += [0.0] * len(g.token_ids)
+        # as the runner reads a turn: the text without the final EOS
+        text = kept + (g.text or tok.decode(g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids,
+                                            skip_special_tokens=False))
+        action = protocol.parse(text)
+        turn = traj.turns[-1]
+        turn.action_text, turn.kind, turn.error = text, action.kind, action.error
+        if action.kind == "answer":
+            traj.answer = action.answer
+        else:
+            traj.answer = None
+            traj.format_errors += 1
+            traj.stop_reason = EpisodeEnd.NO_ANSWER
+        stats["gen_tokens"] += len(g.token_ids)

@@ -1,0 +1,132 @@
+"""`rollout.answer_by: start`: the frozen start writes each answer after the policy's answer tag.
+
+A tiny Llama under two real LoRA adapters (the policy's `default` and a `reference` with other
+weights, as a warm-started run holds them) and a real BM25 index. The policy's turns are scripted
+(a random model writes no tags); the start's continuation is the real model's under `reference`, or
+scripted to test a closed answer.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragrl.engines.base import SamplingParams
+from ragrl.engines.hf import HFEngine
+from ragrl.errors import ConfigError
+from ragrl.methods.search_r1 import SearchR1Protocol
+from ragrl.models.agent_adapters import REFERENCE_ADAPTER, load_adapters
+from ragrl.models.lm_weights import load_policy
+from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.start_answers import tag_end
+from ragrl.rollout.trajectory import EpisodeEnd
+
+from tests.rollout.scripted import ScriptedEngine, spans
+
+POLICY_TURNS = ["<think>find it</think>\n<search> Jaws director </search>",
+                "<think>got it</think>\n<answer> policy words </answer>"]
+
+
+@pytest.fixture()
+def two_adapters(tiny_model_dir):
+    """The tiny model under a `default` adapter (B = 0: the base) and a `reference` one with random B."""
+    from peft import LoraConfig, get_peft_model
+
+    base, tok = load_policy(str(tiny_model_dir))
+    lora = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    model = get_peft_model(base, LoraConfig(**lora))
+    model.add_adapter(REFERENCE_ADAPTER, LoraConfig(**lora))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if f"lora_B.{REFERENCE_ADAPTER}" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 2.0)
+    model.set_adapter("default")
+    return model, tok
+
+
+class PolicyScriptedStartReal(ScriptedEngine):
+    """Scripted policy turns; under the `reference` adapter, the real model decodes (or, with
+    `start_scripted`, the script's next turn plays). Records the adapter active at each call."""
+
+    def __init__(self, model, tok, scripts, start_scripted=False):
+        super().__init__(tok, SearchR1Protocol(), scripts)
+        self.model, self.real, self.start_scripted = model, HFEngine(model, tok), start_scripted
+        self.adapters: list[str] = []
+
+    def generate(self, prompts, params):
+        self.adapters.append(self.model.active_adapter)
+        if self.model.active_adapter == REFERENCE_ADAPTER and not self.start_scripted:
+            return self.real.generate(prompts, params)
+        return super().generate(prompts, params)
+
+
+def _cfg(**kw) -> RolloutConfig:
+    return RolloutConfig(temperature=0.0, max_turns=3, max_turn_tokens=24, answer_by="start", **kw)
+
+
+def test_the_start_continues_after_the_answer_tag_exactly_as_its_own_greedy_decode(two_adapters, index):
+    model, tok = two_adapters
+    engine = PolicyScriptedStartReal(model, tok, {"Who directed Jaws?": list(POLICY_TURNS)})
+    (traj,), _ = run_episodes(engine, SearchR1Protocol(), index, [{"id": "q", "question": "Who directed Jaws?",
+                                                                   "answers": ["Steven Spielberg"]}], _cfg())
+    assert engine.adapters == ["default", "default", REFERENCE_ADAPTER]
+    assert model.active_adapter == "default"            # switched back for the trainer
+    # the policy wrote the turn through its answer tag (trained, mask 1); the start the rest (mask 0)
+    (_, b, e), (last_value, _, _) = [r for r in spans(traj.action_mask, traj.prompt_len)][-2:]
+    assert tok.decode(traj.token_ids[b:e]) == "<think>got it</think>\n<answer>" and last_value == 0
+    assert traj.logprobs[e:] == [0.0] * (len(traj.token_ids) - e)
+    # ...exactly the start's own greedy decode from the same prefix, with the budget the turn had left
+    model.set_adapter(REFERENCE_ADAPTER)
+    expected = HFEngine(model, tok).generate([traj.token_ids[:e]], SamplingParams(
+        max_new_tokens=24 - (e - b), temperature=0.0, stop=["</answer>"]))[0][0]
+    model.set_adapter("default")
+    assert expected.token_ids and traj.token_ids[e:] == expected.token_ids
+    # a random start leaves the answer unclosed within the budget: the policy's answer is gone, a format error
+    turn = traj.turns[-1]
+    assert turn.action_text.startswith("<think>got it</think>\n<answer>") and "policy words" not in turn.action_text
+    assert turn.kind == "invalid" and traj.answer is None and traj.format_errors == 1
+    assert traj.stop_reason == EpisodeEnd.NO_ANSWER
+
+
+def test_a_closed_start_answer_replaces_the_policys_and_only_answering_episodes_are_continued(two_adapters, index):
+    model, tok = two_adapters
+    scripts = {"Who directed Jaws?": [*POLICY_TURNS, " Steven Spielberg </answer>"],
+               "Where is Paris?": ["<think>hm</think>", ("", "eos")]}    # no answer: the start writes nothing
+    engine = PolicyScriptedStartReal(model, tok, scripts, start_scripted=True)
+    samples = [{"id": "a", "question": "Who directed Jaws?", "answers": ["Steven Spielberg"]},
+               {"id": "b", "question": "Where is Paris?", "answers": ["France"]}]
+    (jaws, paris), stats = run_episodes(engine, SearchR1Protocol(), index, samples, _cfg())
+    assert jaws.answer == "Steven Spielberg" and jaws.stop_reason == EpisodeEnd.ANSWER and jaws.format_errors == 0
+    assert jaws.turns[-1].action_text == "<think>got it</think>\n<answer> Steven Spielberg </answer>"
+    start_ids = tok.encode(" Steven Spielberg </answer>", add_special_tokens=False)
+    assert jaws.token_ids[-len(start_ids):] == start_ids and jaws.action_mask[-len(start_ids):] == [0] * len(start_ids)
+    assert jaws.action_mask[-len(start_ids) - 1] == 1            # the policy's last id: its answer tag
+    assert paris.answer is None and paris.stop_reason != EpisodeEnd.ANSWER
+    # one batched call for the start, holding the one answering episode only
+    assert engine.adapters.count(REFERENCE_ADAPTER) == 1 and len(engine.calls[-1][0]) == 1
+    assert stats["gen_tokens"] >= len(start_ids)
+
+
+def test_answer_by_start_is_refused_where_it_cannot_act(two_adapters, index, tiny_model_dir):
+    model, tok = two_adapters
+    sample = [{"id": "q", "question": "Who directed Jaws?", "answers": ["x"]}]
+
+    untagged = SearchR1Protocol()
+    untagged.answer = None     # a protocol whose answers carry no tags
+    with pytest.raises(ConfigError, match="has no answer tags"):
+        run_episodes(PolicyScriptedStartReal(model, tok, {}), untagged, index, sample, _cfg())
+    bare, _ = load_policy(str(tiny_model_dir))
+    with pytest.raises(ConfigError, match="needs an engine over a LoRA"):
+        run_episodes(HFEngine(bare, tok), SearchR1Protocol(), index, sample, _cfg())
+
+
+def test_an_exported_adapter_without_its_frozen_start_is_refused(two_adapters, tiny_model_dir, tmp_path):
+    model, tok = two_adapters
+    model.save_pretrained(tmp_path / "with")
+    assert (tmp_path / "with" / REFERENCE_ADAPTER / "adapter_config.json").is_file()
+    loaded = load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "with", with_start=True)
+    assert set(loaded.peft_config) == {"default", REFERENCE_ADAPTER} and loaded.active_adapter == "default"
+    model.delete_adapter(REFERENCE_ADAPTER)
+    model.save_pretrained(tmp_path / "without")
+    with pytest.raises(ValueError, match="holds no frozen start"):
+        load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "without", with_start=True)
