@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -24,12 +25,14 @@ from tests.train.test_recipe import one_step_overrides
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir, demo_bm25_dir, small_dense_dir):
     """Three finished one-step runs: an LM agent and a pipeline (SFT, then RL, on the demo BM25 index)
-    and a retriever (HARR, on a dense index over a small corpus of its own)."""
+    and a retriever (HARR, on a dense index over a small corpus of its own). The agent's answers are
+    written by its start (`rollout.answer_by: start`), so its evaluation loads the start beside it."""
     root = tmp_path_factory.mktemp("compare-runs")
     out = {}
     for name in ("search_r1_grpo", "mmoa_mappo", "harr_grpo"):
         base = load_train_config(name, [], "tiny")
         sets = one_step_overrides(base, root / name, tiny_model_dir, demo_bm25_dir, small_dense_dir)
+        sets += ["rollout.answer_by=start"] if name == "search_r1_grpo" else []
         out[name] = run_recipe(load_train_config(name, sets, "tiny"))
     return out
 
@@ -65,6 +68,12 @@ def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm
     page = collect(out)      # `ragrl view OUT`: every system, every question, the gold passages
     assert set(page["systems"]) == {n.replace(" (start)", "_start") for n in names}
     assert all(len(v) == 4 for v in page["systems"].values()) and page["gold_ids"]
+
+    # the agent's answers came from its start: loaded beside the trained adapter; its start answers itself
+    keys = {m["name"]: m["key"] for m in map(json.loads, map(Path.read_text, (out / "systems").glob("*.json")))}
+    assert keys["search_r1_grpo"]["rollout"]["answer_by"] == "start"
+    assert keys["search_r1_grpo (start)"]["rollout"]["answer_by"] == "policy"
+    assert (runs["search_r1_grpo"] / "final_adapter" / "reference" / "adapter_config.json").is_file()
 
     # a second comparison with the same settings reruns nothing (a killed one resumes the same way)
     again = run_comparison([runs["search_r1_grpo"], runs["mmoa_mappo"]], data=["demo-eval"], n=4, out=out,

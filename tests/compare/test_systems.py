@@ -45,3 +45,19 @@ def test_runs_that_differ_only_in_how_they_trained_share_their_starts_key():
                      "rollout.max_episode_s=30", "rollout.seed=9", "lr=5e-4") == base
     assert start_key("rollout.max_turns=2") != base
     assert base["rollout"]["temperature"] == 0.0 and base["rollout"]["n"] == 1
+
+
+def test_answer_by_start_changes_a_trained_runs_key_but_not_its_starts():
+    """A start writing its own answers is what `rollout.answer_by: start` asks of it: its key (and cached
+    episodes) are the plain run's; the trained policy's are not."""
+    ctx = Context(samples=[{"id": "q1", "question": "Who?", "answers": ["x"]}], corpus=None, retriever=None,
+                  setting=SETTING, reader="r")
+
+    def key(role, *overrides):
+        cfg = load_train_config("search_r1_grpo", list(overrides), "learn")
+        run = RunRecord(Path("r"), "r", cfg, METHODS["search_r1"], "agent", Path("r/final_adapter"), None, SETTING)
+        return system_key(System("r", role, run, None), ctx)
+
+    assert key("start", "rollout.answer_by=start") == key("start")
+    assert key("trained", "rollout.answer_by=start") != key("trained")
+    assert key("trained", "rollout.answer_by=start")["rollout"]["answer_by"] == "start"
