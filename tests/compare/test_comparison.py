@@ -80,6 +80,14 @@ def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm
                            index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4)
     assert {r["reused"] for r in again["rows"].values()} == {"cached"}
     assert again["rows"]["mmoa_mappo"]["f1"] == table["rows"]["mmoa_mappo"]["f1"]
+    # another comparison that reuses this one's systems (--cache-from) runs only what it adds: nothing here
+    elsewhere = run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "other",
+                               index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4, cache_from=(out,))
+    assert {r["reused"] for r in elsewhere["rows"].values()} == {"cached"}
+    assert elsewhere["rows"]["search_r1_grpo"]["f1"] == table["rows"]["search_r1_grpo"]["f1"]
+    with pytest.raises(ConfigError, match="--cache-from: .*nowhere/systems is not there"):
+        run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "third",
+                       index=str(demo_bm25_dir), reader=str(tiny_model_dir), cache_from=(tmp_path / "nowhere",))
 
 
 def test_a_run_on_another_corpus_is_refused_then_compared_when_allowed(runs, tmp_path, tiny_model_dir, demo_bm25_dir):

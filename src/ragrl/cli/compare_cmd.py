@@ -31,6 +31,10 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help="with --train: an override for every recipe, key=value (repeatable)"),
         device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N"),
         out: Path = typer.Option(Path("runs/compare"), "--out"),
+        cache_from: list[Path] = typer.Option([], "--cache-from", help="an earlier comparison's folder: each system it "
+                                                                     "evaluated with the same key (questions, corpus, "
+                                                                     "index, weights, settings) is reused, not run "
+                                                                     "again (repeatable)"),
     ) -> None:
         """Evaluate every run as it was trained, its start, direct and naive_rag on the same questions,
         corpus, index and reader; write compare.md/json, f1_vs_searches.png and a page for `ragrl view OUT`."""
@@ -63,6 +67,6 @@ def register(app: typer.Typer) -> None:
             run_comparison(run_dirs, data=data, out=out, n=n, index=index, corpus=corpus, reader=reader, topk=topk,
                            batch_size=batch_size, seed=seed, allow_mismatch=allow_mismatch, with_start=not no_start,
                            skip_start=frozenset(skip_start),
-                           device=torch_device, progress=progress)
+                           device=torch_device, progress=progress, cache_from=tuple(cache_from))
         typer.echo((out / "compare.md").read_text().split("\n## Against")[0])
         typer.echo(f"table: {out / 'compare.md'}; plot: {out / 'f1_vs_searches.png'}; every answer: ragrl view {out}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import shutil
 from pathlib import Path
 
 from ragrl.compare.runs import (
@@ -75,12 +76,29 @@ def search_setting(runs: list[RunRecord], index: str | None, corpus: str | None
     return corpus_setting(corpus, index), index, corpus
 
 
+def seed_cache(cache: Path, sources: list[Path]) -> None:
+    """Copy into `cache` each whole entry (record and trajectories) of `sources` that it lacks. A copied
+    entry is trusted only as every entry is: its key must be this comparison's system's, and its
+    trajectories must match the checksum its record holds (`cached_entry`)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        for record in sorted(source.glob("*.json")):
+            rows = record.with_suffix(".jsonl")
+            if rows.is_file() and not (cache / record.name).exists():
+                shutil.copyfile(rows, cache / rows.name)
+                shutil.copyfile(record, cache / record.name)   # last, as evaluate_systems writes them
+
+
 def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int | None = None,
                    index: str | None = None, corpus: str | None = None, reader: str = "smollm2-135m-instruct",
                    topk: int = 3, batch_size: int = 32, seed: int = 0, allow_mismatch: bool = False,
                    with_start: bool = True, skip_start: frozenset[str] = frozenset(), device="cpu",
-                   progress=None) -> dict:
-    """Evaluate every run (and its start) and the baselines; write the table and files into `out`."""
+                   progress=None, cache_from: tuple[Path, ...] = ()) -> dict:
+    """Evaluate every run (and its start) and the baselines; write the table and files into `out`.
+    `cache_from`: earlier comparisons' folders whose evaluated systems are reused where their keys match."""
+    sources = [Path(d) / "systems" for d in cache_from]
+    if missing := [str(d) for d in sources if not d.is_dir()]:
+        raise ConfigError(f"--cache-from: {', '.join(missing)} is not there: name a comparison's output folder")
     runs = [read_run(Path(p)) for p in run_dirs]
     labels = [r.label for r in runs]
     if len(set(labels)) != len(labels):
@@ -100,6 +118,7 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
                   reader=reader, topk=topk, batch_size=batch_size, seed=seed, device=device, progress=progress)
     systems = systems_for(runs, with_start=with_start, skip_start=frozenset(skip_start))
     out.mkdir(parents=True, exist_ok=True)
+    seed_cache(out / "systems", sources)
     results = evaluate_systems(systems, ctx, out / "systems")
     costs = {r.label: r.method.retrieval_cost(r.cfg) for r in runs
              if r.method is not None and r.method.retrieval_cost is not None}
