@@ -199,13 +199,19 @@ def check_search_outcome_rewards(cfg: TrainConfig, reward) -> None:
                           f"protocol {cfg.agent!r} does not record: use gold_recall or answer_in_docs")
 
 
+def _multi_turn_protocol(cfg: TrainConfig):
+    """The run's protocol where an LM plays it turn by turn (the core's multi_turn runner), else None."""
+    protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
+    return protocol if protocol is not None and protocol.runner == "multi_turn" else None
+
+
 def check_first_action(cfg: TrainConfig) -> None:
     """rollout.first_action=search needs an LM policy whose multi-turn protocol has a search action, and
     a warm start that teaches no direct answer (sft.direct_frac): the rollout would never allow one."""
     if cfg.rollout.first_action != "search":
         return
-    protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
-    if protocol is None or protocol.runner != "multi_turn" or protocol.query is None:
+    protocol = _multi_turn_protocol(cfg)
+    if protocol is None or protocol.query is None:
         raise ConfigError(f"rollout.first_action=search opens each episode with a search for the policy to finish, "
                           f"but agent {cfg.agent!r} (policy {cfg.policy}) has no multi-turn search action; "
                           "set rollout.first_action=free")
@@ -219,8 +225,8 @@ def check_answer_by(cfg: TrainConfig) -> None:
     LoRA adapter (the start is kept as a frozen adapter beside it) and an engine that can switch to it."""
     if cfg.rollout.answer_by != "start":
         return
-    protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
-    if protocol is None or protocol.runner != "multi_turn" or protocol.answer is None:
+    protocol = _multi_turn_protocol(cfg)
+    if protocol is None or protocol.answer is None:
         raise ConfigError(f"rollout.answer_by=start lets the run's start write the answers of a multi-turn "
                           f"agent, and agent {cfg.agent!r} (policy {cfg.policy}) has no tagged answer turn; "
                           "set rollout.answer_by=policy")
