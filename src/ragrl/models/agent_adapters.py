@@ -57,14 +57,14 @@ def set_agent_adapters(model: nn.Module, mapping: dict[str, str] | None, trainab
 
 
 def agent_adapter_map(model: nn.Module | None) -> dict[str, str] | None:
-    return getattr(_peft(model), AGENT_ADAPTERS, None) if model is not None else None
+    return getattr(peft_model(model), AGENT_ADAPTERS, None) if model is not None else None
 
 
 def activate_agent(model: nn.Module | None, agent: str | None) -> None:
     """Make `agent`'s adapter the active one until the next switch (nothing changes for a model
     without per-agent adapters, or an agent it has none for). Every per-agent generation and
     forward switches first, so nothing needs restoring afterwards."""
-    m = _peft(model) if model is not None else None
+    m = peft_model(model) if model is not None else None
     mapping = getattr(m, AGENT_ADAPTERS, None)
     if mapping and agent in mapping:
         _activate(m, mapping[agent])
@@ -132,7 +132,7 @@ def reference_context(model: nn.Module):
     """Context in which `model` computes with the weights its run started from: the frozen
     `reference` adapter where there is one (ragrl.policy.lm_model.freeze_reference), else the base
     model (LoRA adapters off). The KL reference, and `rollout.answer_by: start`'s answer writer."""
-    m = _peft(model)
+    m = peft_model(model)
     if REFERENCE_ADAPTER in getattr(m, "peft_config", {}):
         active = m.active_adapter
         m.set_adapter(REFERENCE_ADAPTER)
@@ -153,6 +153,7 @@ def _activate(model: nn.Module, name: str) -> None:
             p.requires_grad_(any(f".{t}." in pname for t in trainable))
 
 
-def _peft(model: nn.Module) -> nn.Module:
+def peft_model(model: nn.Module) -> nn.Module:
+    """The peft model itself, under an FSDP / DDP wrapper where there is one."""
     # FSDP / DDP wrap the peft model as .module
     return model.module if hasattr(model, "module") and hasattr(model.module, "peft_config") else model

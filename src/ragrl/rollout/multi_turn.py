@@ -275,11 +275,9 @@ def run_episodes(
         if not st.done:
             st.end(EpisodeEnd.MAX_TURNS)
     if cfg.answer_by == "start":
-        t0 = time.perf_counter()
         answer_by_start(engine, protocol, [AnsweringTurn(st.traj, st.turn_start, st.turn_opening) for st in states
                                            if st.traj.stop_reason == EpisodeEnd.ANSWER],
                         cfg.max_turn_tokens, cfg.max_response_tokens, stats)
-        stats["generate_s"] += time.perf_counter() - t0
     stats["timeouts"] = sum(st.traj.stop_reason == EpisodeEnd.TIMEOUT for st in states)
     return [st.traj for st in states], stats
 

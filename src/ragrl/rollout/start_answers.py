@@ -14,11 +14,12 @@ again: an answer the start leaves unclosed is a format error, as the policy's wo
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError, RagrlError
-from ragrl.models.agent_adapters import reference_context
+from ragrl.models.agent_adapters import peft_model, reference_context
 from ragrl.rollout.protocol import TextProtocol
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 
@@ -40,8 +41,7 @@ def check_start_can_answer(engine: Engine, protocol: TextProtocol) -> None:
         raise ConfigError(f"rollout.answer_by=start: protocol {protocol.name!r} has no answer tags for the start "
                           "to continue after; set rollout.answer_by=policy")
     module = getattr(engine, "model", None)
-    peft = module.module if hasattr(module, "module") and hasattr(module.module, "peft_config") else module
-    if not hasattr(peft, "peft_config"):
+    if module is None or not hasattr(peft_model(module), "peft_config"):
         raise ConfigError("rollout.answer_by=start needs an engine over a LoRA (peft) policy, whose start "
                           f"weights it switches to; this {type(engine).__name__} has none (model.lora=true, "
                           "model.engine=hf)")
@@ -74,6 +74,7 @@ def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[Answerin
     continuation (see the module docstring); `stats` gains the tokens and time as generate's."""
     if not turns:
         return
+    t0 = time.perf_counter()
     tok = engine.tokenizer
     opener, closer = protocol.answer
     cuts = [t.turn_start + tag_end(tok, t.traj.token_ids[t.turn_start:], opener) for t in turns]
@@ -103,3 +104,4 @@ def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[Answerin
             traj.format_errors += 1
             traj.stop_reason = EpisodeEnd.NO_ANSWER
         stats["gen_tokens"] += len(g.token_ids)
+    stats["generate_s"] += time.perf_counter() - t0
