@@ -139,3 +139,26 @@ def test_a_run_folder_cut_short_is_refused_naming_the_file(tmp_path):
     weights.unlink()
     with pytest.raises(ConfigError, match=r"final_adapter holds no .safetensors weights"):
         read_run(run)
+
+
+def test_a_later_stage_is_paired_against_the_start_of_the_first(tmp_path):
+    """R1-Searcher's stage 2 starts from stage 1's final_adapter: its start is where stage 1's RL began
+    (stage 1's SFT adapter), not stage 1's end; a plain adapter folder stays the start; a loop is refused."""
+    stage1 = tmp_path / "stage1"
+    stand_in_adapter(stage1 / "final_adapter")
+    stand_in_adapter(stage1 / "sft" / "adapter")
+    cfg1 = load_train_config("r1_searcher_stage1", [f"out_dir={stage1}",
+                                                    f"model.init_adapter={stage1 / 'sft' / 'adapter'}"], "tiny")
+    write_resolved_config(stage1, asdict(cfg1))
+    stage2 = tmp_path / "stage2"
+    stand_in_adapter(stage2 / "final_adapter")
+    cfg2 = load_train_config("r1_searcher_stage2", [f"out_dir={stage2}",
+                                                    f"model.init_adapter={stage1 / 'final_adapter'}"], "tiny")
+    write_resolved_config(stage2, asdict(cfg2))
+    assert read_run(stage1).start == stage1 / "sft" / "adapter"
+    assert read_run(stage2).start == stage1 / "sft" / "adapter"
+
+    cfg1.model.init_adapter = str(stage2 / "final_adapter")      # stage 1 now claims to start from stage 2
+    write_resolved_config(stage1, asdict(cfg1))
+    with pytest.raises(ConfigError, match="form a loop"):
+        read_run(stage2)

@@ -42,7 +42,7 @@ class RunRecord:
     method: Method | None
     evaluation: str          # agent | pipeline | retriever (the method record's)
     trained: Path            # best_<artifact> (kept on held-apart questions), else final_<artifact>
-    start: Path | None       # the adapter it started from (SFT or an earlier stage); None: the base
+    start: Path | None       # the adapter its RL began from (an earlier stage's start); None: the base
     search: SearchSetting
 
 
@@ -101,20 +101,27 @@ def corpus_setting(corpus: str | None, index: str | None) -> SearchSetting:
     return SearchSetting(path, _sha(path), "bm25", f"bm25({path.name})")
 
 
-def _start_adapter(run: Path, cfg: TrainConfig) -> Path | None:
-    """Where the run's policy started: model.init_adapter (the SFT adapter `ragrl train` wrote, or an
-    earlier stage's), resolved from the working directory or, for its own SFT, from the run folder."""
+def _start_adapter(run: Path, cfg: TrainConfig, seen: tuple[Path, ...] = ()) -> Path | None:
+    """Where the run's RL began: model.init_adapter (the SFT adapter `ragrl train` wrote), resolved from
+    the working directory or, for its own SFT, from the run folder. An init_adapter that is another
+    run's trained adapter (R1-Searcher's stage 2 from stage 1's final_adapter) is followed back to that
+    run's start, so a staged method is paired against the policy before any of its RL."""
     spec = cfg.model.init_adapter
     if not spec:
         return None
     path = Path(spec)
-    if path.is_dir():
-        return path
     own = run / "sft" / "adapter"
-    if path.parts[-2:] == ("sft", "adapter") and own.is_dir():
+    if not path.is_dir() and path.parts[-2:] == ("sft", "adapter") and own.is_dir():
         return own
-    raise ConfigError(f"{run}: its starting adapter {spec} (model.init_adapter) is not there; "
-                      "run `ragrl compare` from the folder the run was trained in")
+    if not path.is_dir():
+        raise ConfigError(f"{run}: its starting adapter {spec} (model.init_adapter) is not there; "
+                          "run `ragrl compare` from the folder the run was trained in")
+    earlier = path.parent
+    if path.name in ("best_adapter", "final_adapter") and (earlier / "config.yaml").is_file():
+        if earlier.resolve() in seen:
+            raise ConfigError(f"{run}: its starting adapters form a loop through {earlier}")
+        return _start_adapter(earlier, load_run_config(earlier), seen + (earlier.resolve(),))
+    return path
 
 
 def read_run(path: Path, with_start: bool = True) -> RunRecord:
