@@ -76,6 +76,19 @@ def test_exact_top_k_and_recall_by_hand():
     assert got["recall"] == pytest.approx(0.8) and got["queries"] == 5
 
 
+def test_exact_top_k_in_small_chunks_equals_one_full_sort_ties_to_the_lower_row():
+    """Chunks bounded by `max_scores` keep only their own top k; the merge must still equal a stable
+    sort of all scores, including rows tied at the k-th score across chunk edges."""
+    rng = np.random.default_rng(0)
+    vectors = np.round(rng.standard_normal((3000, 8)), 0).astype(np.float32)    # many exact ties
+    queries = np.round(rng.standard_normal((13, 8)), 0).astype(np.float32)
+    want = np.argsort(-(queries @ vectors.T), axis=1, kind="stable")[:, :11]
+    for rows in (5, 64, 1000, 3000):
+        got = exact_top_k(vectors, queries, 11, chunk_rows=rows, max_scores=13 * rows)
+        assert got.tolist() == want.tolist(), rows
+    assert exact_top_k(vectors, queries, 11, max_scores=1).tolist() == want.tolist()   # k rows a chunk at least
+
+
 def test_compressed_kinds_record_their_recall_and_load_memory_mapped(tmp_path):
     """5,000 kit passages with the kit's precomputed MiniLM vectors (no encoding)."""
     corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
