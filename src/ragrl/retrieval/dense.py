@@ -22,7 +22,7 @@ from ragrl.models.embedder import load_embedder
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import Corpus
 from ragrl.retrieval import dense_build
-from ragrl.retrieval.dense_build import copy_vectors, encode_to_file, make_faiss_index, recall_at_k
+from ragrl.retrieval.dense_build import copy_vectors, encode_to_file, make_faiss_index, recall_at_k, rerank_exact
 
 if TYPE_CHECKING:
     import faiss
@@ -77,7 +77,7 @@ class DenseIndex:
     every query (e5's "query: ")."""
 
     def __init__(self, corpus: Corpus, encoder: str, embeddings: np.ndarray | None, index: faiss.Index, *,
-                 hnsw: bool, query_prefix: str = "", nprobe: int | None = None):
+                 hnsw: bool, query_prefix: str = "", nprobe: int | None = None, rerank: int = 0):
         self.corpus = corpus
         self.encoder = encoder
         self.embeddings = embeddings  # [rows, dim] float32, unit norm (kept for rerankers/HARR), or None
@@ -85,6 +85,7 @@ class DenseIndex:
         self.hnsw = hnsw
         self.query_prefix = query_prefix
         self.nprobe = nprobe          # cells an IVF index visits per query
+        self.rerank = rerank if embeddings is not None else 0   # candidates per hit re-scored from the vectors
         self.model = load_embedder(encoder)
 
     @property
@@ -128,7 +129,9 @@ class DenseIndex:
         """Top-k hits for precomputed query embeddings [n, dim]."""
         params = _search_params("hnsw" if self.hnsw else "ivf" if self.nprobe else "flat", self.nprobe, k)
         vectors = np.ascontiguousarray(query_vectors, dtype=np.float32)
-        scores, rows = self.index.search(vectors, k, params=params)
+        scores, rows = self.index.search(vectors, k * max(self.rerank, 1), params=params)
+        if self.rerank:   # IVF codes propose, the memory-mapped vectors decide
+            scores, rows = rerank_exact(rows, self.embeddings, vectors, k)
         # HNSW pads with row -1 when it finds fewer than k neighbours.
         return [
             [self.corpus.hit(int(i), s) for i, s in zip(row_ids, row_scores) if i >= 0]
@@ -145,7 +148,7 @@ class DenseIndex:
     @classmethod
     def write(cls, corpus: Corpus, directory: str | Path, work_dir: str | Path, encoder: str, *, index: str = "flat",
               batch_size: int = 64, vectors: np.ndarray | None = None, nlist: int | None = None,
-              pq_m: int | None = None, recall_queries: int = 0, progress=None) -> dict:
+              pq_m: int | None = None, rerank: int | None = None, recall_queries: int = 0, progress=None) -> dict:
         """Write a dense index folder a chunk at a time (dense_build): the passage vectors (encoded,
         resumable through `work_dir`, or the precomputed `vectors`, possibly memory-mapped) and the
         faiss `index` kind over them. Returns the parameters to record, with recall@10 against flat
@@ -164,12 +167,14 @@ class DenseIndex:
                 corpus, lambda texts: encode(model, texts, batch_size=batch_size), dim, target, work_dir,
                 identity=identity, chunk_rows=batch_size * max(1, dense_build.ENCODE_CHUNK_ROWS // batch_size),
                 progress=progress)
-        faiss_index, params = make_faiss_index(faiss_module(), embeddings, index, nlist=nlist, pq_m=pq_m, progress=progress)
+        faiss_index, params = make_faiss_index(faiss_module(), embeddings, index, nlist=nlist, pq_m=pq_m, rerank=rerank,
+                                               progress=progress)
         if index != "flat":
             faiss_module().write_index(faiss_index, str(directory / INDEX_FILES[index]))
         if recall_queries > 0 and index != "flat":
             search = _search_params(index, params.get("nprobe"), 11)
-            params["recall_at_10"] = recall_at_k(faiss_index, embeddings, queries=recall_queries, search_params=search)
+            params["recall_at_10"] = recall_at_k(faiss_index, embeddings, queries=recall_queries, search_params=search,
+                                                 rerank=params.get("rerank", 0))
         return params
 
     @classmethod
@@ -190,7 +195,8 @@ class DenseIndex:
                 f"{directory}: dense index has {index.ntotal} vectors of shape {embeddings.shape} "
                 f"but its corpus has {len(corpus)} rows"
             )
-        dense = cls(corpus, encoder, embeddings, index, hnsw=kind == "hnsw", nprobe=(params or {}).get("nprobe"))
+        dense = cls(corpus, encoder, embeddings, index, hnsw=kind == "hnsw", nprobe=(params or {}).get("nprobe"),
+                    rerank=int((params or {}).get("rerank") or 0))
         if embedding_dim(dense.model) != dense.dim:
             raise IndexMismatchError(
                 f"{directory}: stored vectors are {dense.dim}-d but encoder {encoder!r} makes "

@@ -92,6 +92,7 @@ def build_index(
     dense_index: str | None = None,
     nlist: int | None = None,
     pq_m: int | None = None,
+    rerank: int | None = None,
     recall_queries: int = 0,
     batch_size: int = 64,
     progress: bool = True,
@@ -102,7 +103,8 @@ def build_index(
 
     Both halves stream (a chunk of passages at a time) and a killed build started again resumes
     after its last finished chunk. `dense_index`: flat (exact), hnsw, ivf_sq8 or ivf_pq (dense_build;
-    `hnsw=True` is the same as "hnsw"), with `nlist` / `pq_m` for the IVF kinds and recall@10 against
+    `hnsw=True` is the same as "hnsw"), with `nlist` / `pq_m` / `rerank` (candidates per hit re-scored
+    from the vectors; None: ivf_pq 10, else off) for the IVF kinds and recall@10 against
     flat search measured on `recall_queries` passage vectors. `vectors`: a .npy of precomputed passage
     embeddings [rows, dim] (one per corpus line, in file order) to use instead of encoding the
     corpus; checked against the corpus and the encoder (`dense.check_vectors`) before anything is written."""
@@ -115,8 +117,12 @@ def build_index(
     dense_index = dense_index or ("hnsw" if hnsw else "flat")
     if dense_index not in FAISS_KINDS:
         raise RagrlError(f"unknown dense index {dense_index!r}; choose one of {', '.join(FAISS_KINDS)}")
-    if kind == "bm25" and (vectors is not None or dense_index != "flat" or nlist or pq_m):
-        raise RagrlError("--vectors, --dense, --nlist and --pq-m are for dense and hybrid indexes; a bm25 index has no vectors")
+    if kind == "bm25" and (vectors is not None or dense_index != "flat" or nlist or pq_m or rerank):
+        raise RagrlError("--vectors, --dense, --nlist, --pq-m and --rerank are for dense and hybrid indexes; "
+                         "a bm25 index has no vectors")
+    if rerank and not dense_index.startswith("ivf"):
+        raise RagrlError(f"--rerank is for the IVF kinds (--dense ivf_sq8 or ivf_pq); {dense_index} search is "
+                         f"{'exact' if dense_index == 'flat' else 'over the whole vectors'} already")
     precomputed = load_vectors(vectors) if vectors is not None else None
     with StagedIndex(corpus_path, out_dir) as stage:
         corpus = stage.corpus
@@ -132,7 +138,8 @@ def build_index(
                 encoder_name = canonical_embedder_name(encoder)
                 params.update(DenseIndex.write(corpus, stage.tmp / "dense", stage.work_dir / "dense", encoder_name,
                                                index=dense_index, batch_size=batch_size, vectors=precomputed,
-                                               nlist=nlist, pq_m=pq_m, recall_queries=recall_queries, progress=bar))
+                                               nlist=nlist, pq_m=pq_m, rerank=rerank, recall_queries=recall_queries,
+                                               progress=bar))
                 params["hnsw"] = dense_index == "hnsw"
                 if precomputed is not None:
                     params["vectors_sha256"] = file_sha256(vectors)
