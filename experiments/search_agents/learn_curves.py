@@ -8,6 +8,7 @@ seconds); writes OUT.png and OUT.json (the points plotted).
     .venv/bin/python -m experiments.search_agents.learn_curves \
         --run "CPU, 4 q x 8=runs/learn_a" --run "H100, 32 q x 8=experiments/search_agents/results/gpu_s1" \
         --out docs/results/search_agents_learn_curves
+    (add --after "LABEL=16" for a run that continued 16 steps of an earlier stage)
 """
 from __future__ import annotations
 
@@ -50,7 +51,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="append", required=True, help="LABEL=RUN_DIR (a folder with metrics.jsonl)")
     ap.add_argument("--out", required=True, help="output path without suffix (writes .png and .json)")
+    ap.add_argument("--after", action="append", default=[],
+                    help="LABEL=STEPS: that run started after STEPS RL steps of an earlier stage (R1-Searcher's "
+                         "stage 2 after stage 1), so its points are drawn from there")
     args = ap.parse_args()
+    offsets = {}
+    for spec in args.after:
+        label, sep, steps = spec.rpartition("=")
+        if not sep or not steps.isdigit():
+            raise RagrlError(f"--after {spec!r}: expected LABEL=STEPS")
+        offsets[label] = int(steps)
+    if unknown := sorted(set(offsets) - {spec.partition("=")[0] for spec in args.run}):
+        raise RagrlError(f"--after names no --run label: {', '.join(unknown)}")
     runs = {}
     for spec in args.run:
         label, sep, folder = spec.partition("=")
@@ -59,7 +71,7 @@ def main() -> None:
         points = evaluation_points(read_metrics(Path(folder)))
         if not points:
             raise RagrlError(f"--run {spec!r}: {folder}/metrics.jsonl holds no evaluation (eval_start / eval_every)")
-        runs[label] = points
+        runs[label] = [{**p, "trained_steps": p["trained_steps"] + offsets.get(label, 0)} for p in points]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plot(runs, out.with_suffix(".png"))

@@ -72,8 +72,10 @@ def test_training_time_adds_the_stages_and_an_earlier_stage_run(tmp_path):
         (d / "config.yaml").write_text("{}\n")
         (d / "training.json").write_text(json.dumps({"stages": [
             {"stage": s, "seconds": sec, "machine": "CPU: test, 2 cores", "date": "2026-11-27"} for s, sec in stages]}))
-    run = RunRecord(stage2, "stage2", TrainConfig(), None, "agent", stage2 / "final_adapter",
-                    stage1 / "final_adapter", DEMO)
+    cfg = TrainConfig()
+    cfg.model.init_adapter = str(stage1 / "final_adapter")
+    # its start (where its RL began) is stage 1's SFT adapter; its training time counts stage 1 whole
+    run = RunRecord(stage2, "stage2", cfg, None, "agent", stage2 / "final_adapter", stage1 / "sft" / "adapter", DEMO)
     t = training_time(run)
     assert t["seconds"] == 120 + 300 + 240 + 60
     assert t["machine"] == "CPU: test, 2 cores"
@@ -89,7 +91,9 @@ def test_a_run_started_from_another_run_sft_adapter_adds_that_sft_stage_alone(tm
         (d / "config.yaml").write_text("{}\n")
         (d / "training.json").write_text(json.dumps({"stages": [
             {"stage": s, "seconds": sec, "machine": "CPU: test, 2 cores", "date": "2026-11-28"} for s, sec in stages]}))
-    t = training_time(RunRecord(b, "learn_b", TrainConfig(), None, "agent", b / "final_adapter", a / "sft" / "adapter", DEMO))
+    cfg = TrainConfig()
+    cfg.model.init_adapter = str(a / "sft" / "adapter")
+    t = training_time(RunRecord(b, "learn_b", cfg, None, "agent", b / "final_adapter", a / "sft" / "adapter", DEMO))
     assert t["seconds"] == 2454 + 630
     assert "after learn_a (its SFT stage) (sft 10.5 min)" in t["how"]
 

@@ -101,11 +101,9 @@ def corpus_setting(corpus: str | None, index: str | None) -> SearchSetting:
     return SearchSetting(path, _sha(path), "bm25", f"bm25({path.name})")
 
 
-def _start_adapter(run: Path, cfg: TrainConfig, seen: tuple[Path, ...] = ()) -> Path | None:
-    """Where the run's RL began: model.init_adapter (the SFT adapter `ragrl train` wrote), resolved from
-    the working directory or, for its own SFT, from the run folder. An init_adapter that is another
-    run's trained adapter (R1-Searcher's stage 2 from stage 1's final_adapter) is followed back to that
-    run's start, so a staged method is paired against the policy before any of its RL."""
+def _init_adapter(run: Path, cfg: TrainConfig) -> Path | None:
+    """The adapter the run itself was started from (model.init_adapter: an SFT adapter or an earlier
+    stage's trained one), resolved from the working directory or, for its own SFT, from the run folder."""
     spec = cfg.model.init_adapter
     if not spec:
         return None
@@ -116,6 +114,16 @@ def _start_adapter(run: Path, cfg: TrainConfig, seen: tuple[Path, ...] = ()) -> 
     if not path.is_dir():
         raise ConfigError(f"{run}: its starting adapter {spec} (model.init_adapter) is not there; "
                           "run `ragrl compare` from the folder the run was trained in")
+    return path
+
+
+def _start_adapter(run: Path, cfg: TrainConfig, seen: tuple[Path, ...] = ()) -> Path | None:
+    """Where the run's RL began: its init adapter, or, when that is another run's trained adapter
+    (R1-Searcher's stage 2 from stage 1's final_adapter), that run's start, followed back, so a staged
+    method is paired against the policy before any of its RL."""
+    path = _init_adapter(run, cfg)
+    if path is None:
+        return None
     earlier = path.parent
     if path.name in ("best_adapter", "final_adapter") and (earlier / "config.yaml").is_file():
         if earlier.resolve() in seen:
@@ -219,9 +227,10 @@ def training_time(run: RunRecord) -> dict:
         seconds, machines, how = _stage_time(record["stages"])
     else:
         seconds, machines, how = _rl_seconds_from_metrics(run.path), [], "RL steps only (no training.json)"
-    parent = _parent_run(run.path, run.start)
+    began = _init_adapter(run.path, run.cfg)   # the adapter it was started from, not where its RL began
+    parent = _parent_run(run.path, began)
     if parent is not None:
-        first = Path(run.start).resolve().relative_to(parent.resolve()).parts[0]
+        first = Path(began).resolve().relative_to(parent.resolve()).parts[0]
         # A warm start is trained from the base model (ragrl train runs SFT only without an init
         # adapter), so its run's SFT stage has no earlier run of its own; the run need not be finished.
         earlier = (_sft_time(parent) if first == "sft" else training_time(read_run(parent)))
