@@ -16,7 +16,8 @@ own through `build_index`, so its wall time and peak resident memory (`ru_maxrss
 its anonymous memory, `RssAnon`, which leaves out memory-mapped file pages) are its own;
 the size on disk is the index folder's. Dense kinds report recall@10 against exact search (the
 build's own measurement, passage vectors as queries). QPS: in-process batched, and over HTTP
-(`ragrl serve`) at 1 and 64 clients, for BM25 and the compressed dense kind, beside the same
+(`ragrl serve`) at 1 and 64 clients, for BM25 and the compressed dense kinds (IVF-PQ re-ranking from
+the memory-mapped vectors), beside the same
 figures at the kit's 51k. The JSON ends with the projection to 21M passages.
 """
 from __future__ import annotations
@@ -197,7 +198,7 @@ def main() -> None:
     result["encoder"] = {"model": "all-minilm-l6-v2", "passages_per_s": round(rate, 1)}
     with gzip.open(resolve_kit("kit:eval/hotpotqa_dev.jsonl.gz"), "rt", encoding="utf-8") as f:
         queries = [json.loads(line)["question"] for line in f][:512]
-    for kind in ("bm25", "ivf_sq8"):
+    for kind in ("bm25", "ivf_sq8", "ivf_pq"):
         if kind in kinds:
             log(f"serve {kind}")
             result["serving"][kind] = serve_figures(args.work / f"idx_{kind}_{args.passages}", queries, args.requests)
