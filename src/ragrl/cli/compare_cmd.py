@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
                                                                      "again (repeatable)"),
     ) -> None:
         """Evaluate every run as it was trained, its start (where its RL began, through earlier stages),
-        direct and naive_rag on the same questions, corpus, index and reader; write compare.md/json, f1_vs_searches.png and a page for `ragrl view OUT`."""
+        direct and naive_rag on the same questions, corpus, index and reader; write compare.md/json,
+        f1_vs_searches.png and a page for `ragrl view OUT`."""
         from ragrl.compare.comparison import run_comparison  # late: keeps `ragrl --help` instant
         from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
         from ragrl.policy.lm_model import resolve_device  # late: keeps `ragrl --help` instant

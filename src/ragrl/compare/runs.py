@@ -108,13 +108,13 @@ def _init_adapter(run: Path, cfg: TrainConfig) -> Path | None:
     if not spec:
         return None
     path = Path(spec)
+    if path.is_dir():
+        return path
     own = run / "sft" / "adapter"
-    if not path.is_dir() and path.parts[-2:] == ("sft", "adapter") and own.is_dir():
+    if path.parts[-2:] == ("sft", "adapter") and own.is_dir():
         return own
-    if not path.is_dir():
-        raise ConfigError(f"{run}: its starting adapter {spec} (model.init_adapter) is not there; "
-                          "run `ragrl compare` from the folder the run was trained in")
-    return path
+    raise ConfigError(f"{run}: its starting adapter {spec} (model.init_adapter) is not there; "
+                      "run `ragrl compare` from the folder the run was trained in")
 
 
 def _start_adapter(run: Path, cfg: TrainConfig, seen: tuple[Path, ...] = ()) -> Path | None:

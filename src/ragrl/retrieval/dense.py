@@ -85,7 +85,9 @@ class DenseIndex:
         self.hnsw = hnsw
         self.query_prefix = query_prefix
         self.nprobe = nprobe          # cells an IVF index visits per query
-        self.rerank = rerank if embeddings is not None else 0   # candidates per hit re-scored from the vectors
+        if rerank and embeddings is None:
+            raise RagrlError("rerank re-scores candidates from the passage vectors, and this index has none")
+        self.rerank = rerank          # candidates per hit re-scored from the vectors (0: off)
         self.model = load_embedder(encoder)
 
     @property

@@ -92,16 +92,22 @@ def copy_vectors(source: np.ndarray, out_path: Path, *, chunk_rows: int = ADD_CH
     return np.load(out_path, mmap_mode="r")
 
 
+def check_rerank(kind: str, rerank: int | None) -> None:
+    """Refuse a re-ranking count the `kind` of dense index cannot use (before any passage is encoded)."""
+    if rerank is not None and rerank < 0:
+        raise RagrlError(f"rerank must be 0 (off) or a positive number of candidates per hit, got {rerank}")
+    if rerank and not kind.startswith("ivf"):
+        raise RagrlError(f"--rerank is for the IVF kinds (--dense ivf_sq8 or ivf_pq); {kind} search is "
+                         f"{'exact' if kind == 'flat' else 'over the whole vectors'} already")
+
+
 def make_faiss_index(faiss, vectors: np.ndarray, kind: str, *, nlist: int | None = None, pq_m: int | None = None,
                      rerank: int | None = None, seed: int = 0, progress=None):
     """A faiss inner-product index of `kind` over `vectors` (added a chunk at a time) and the
     parameters it was made with. `rerank` (IVF kinds; None: DEFAULT_RERANK, 0: off) is recorded for search."""
     if kind not in FAISS_KINDS:
         raise RagrlError(f"unknown dense index {kind!r}; choose one of {', '.join(FAISS_KINDS)}")
-    if rerank and not kind.startswith("ivf"):
-        raise RagrlError(f"rerank is for the IVF kinds, whose codes approximate the vectors; {kind} searches them whole")
-    if rerank is not None and rerank < 0:
-        raise RagrlError(f"rerank must be 0 (off) or a positive number of candidates per hit, got {rerank}")
+    check_rerank(kind, rerank)
     n, dim = vectors.shape
     params: dict = {"index": kind}
     if kind == "flat":

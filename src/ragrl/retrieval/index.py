@@ -36,7 +36,7 @@ from ragrl.retrieval.bm25 import BM25Index
 from ragrl.retrieval.corpus import Corpus, load_corpus, open_corpus_on_disk, passage_fields
 from ragrl.retrieval.bm25_build import ChunkProgress
 from ragrl.retrieval.dense import DenseIndex, check_vectors, load_vectors
-from ragrl.retrieval.dense_build import FAISS_KINDS
+from ragrl.retrieval.dense_build import FAISS_KINDS, check_rerank
 from ragrl.retrieval.hybrid import HybridIndex
 from ragrl.retrieval.passage_file import check_unchanged, file_sha256, fingerprint, is_gzip, write_passage_table
 
@@ -120,9 +120,7 @@ def build_index(
     if kind == "bm25" and (vectors is not None or dense_index != "flat" or nlist or pq_m or rerank):
         raise RagrlError("--vectors, --dense, --nlist, --pq-m and --rerank are for dense and hybrid indexes; "
                          "a bm25 index has no vectors")
-    if rerank and not dense_index.startswith("ivf"):
-        raise RagrlError(f"--rerank is for the IVF kinds (--dense ivf_sq8 or ivf_pq); {dense_index} search is "
-                         f"{'exact' if dense_index == 'flat' else 'over the whole vectors'} already")
+    check_rerank(dense_index, rerank)
     precomputed = load_vectors(vectors) if vectors is not None else None
     with StagedIndex(corpus_path, out_dir) as stage:
         corpus = stage.corpus
