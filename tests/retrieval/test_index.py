@@ -348,3 +348,33 @@ def test_cached_index_clears_what_a_killed_builder_left(corpus_file, tmp_path):
     other.mkdir()
     assert cached_index(corpus_file, out, "bm25") == out and (out / MANIFEST).is_file()
     assert not stale.exists() and other.is_dir()
+
+
+def test_a_cached_index_whose_corpus_was_deleted_follows_the_same_content_elsewhere(corpus_file, tmp_path):
+    """A cache is keyed by content: built from one clone's corpus, it must serve another clone's
+    copy of the same file after the first clone is deleted (it used to refuse: "not there"), and
+    refuse, naming the cache to delete, a file whose content is not the key's."""
+    from ragrl.retrieval.index import MANIFEST, cached_index, read_manifest
+
+    first, second = tmp_path / "clone1" / "c.jsonl", tmp_path / "clone2" / "c.jsonl"
+    for path in (first, second):
+        path.parent.mkdir()
+        shutil.copy(corpus_file, path)
+    out = tmp_path / "cache" / "bm25-same"
+    cached_index(first, out, "bm25", progress=False)
+    built = (out / MANIFEST).stat().st_ino, read_manifest(out)["created"]
+    shutil.rmtree(first.parent)
+    with pytest.raises(RagrlError, match="not there"):
+        load_index(out)
+    assert cached_index(second, out, "bm25", progress=False) == out
+    manifest = read_manifest(out)
+    assert manifest["corpus"]["path"] == str(second) and manifest["created"] == built[1]   # not rebuilt
+    assert load_index(out).search([QUERIES[0]], 1)[0][0].id == "u1"
+    # A file at the recorded place that changed size is as good as gone; another content is refused.
+    with open(second, "a") as f:
+        f.write(json.dumps({"id": "extra", "title": "x", "text": "y"}) + "\n")
+    other = tmp_path / "other.jsonl"
+    shutil.copy(second, other)
+    with pytest.raises(IndexMismatchError, match="delete .*bm25-same"):
+        cached_index(other, out, "bm25", progress=False)
+    assert read_manifest(out)["corpus"]["path"] == str(second)   # the refused call changed nothing

@@ -222,17 +222,49 @@ def cached_index(corpus_path: str | Path, out_dir: str | Path, kind: str = "bm25
     while that rank was loading it."""
 
     out_dir = Path(out_dir)
-    if (out_dir / MANIFEST).is_file():
+    if (out_dir / MANIFEST).is_file() and not _needs_repoint(out_dir):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(out_dir.parent / f".{out_dir.name}.lock"):
-        if not (out_dir / MANIFEST).is_file():   # nobody finished it while we waited
+        if (out_dir / MANIFEST).is_file():
+            if _needs_repoint(out_dir):
+                _repoint_corpus(out_dir, Path(corpus_path))
+        else:   # nobody finished it while we waited
             # A builder killed mid-way (SIGKILL skips its cleanup) leaves its half-written temporary
             # folder; holding the lock, no live builder of this cache owns one, so they can go.
             for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
             build_index(corpus_path, out_dir, kind, **kwargs)
     return out_dir
+
+
+def _needs_repoint(out_dir: Path) -> bool:
+    """Whether a cached index's corpus record points at a file that is gone or is another size now.
+    A cache is keyed by content, so a user who built it from one clone and deleted that clone (or a
+    test's temporary folder) asks again with the same content at another path."""
+    manifest = read_manifest(out_dir)
+    if manifest["format"] == 1:   # holds its own copy
+        return False
+    where = corpus_location(out_dir, manifest)
+    return not where.is_file() or where.stat().st_size != manifest["corpus"]["bytes"]
+
+
+def _repoint_corpus(out_dir: Path, corpus_path: Path) -> None:
+    """Point a cached index's manifest at `corpus_path`, which must hold the content it was built
+    from (IndexMismatchError otherwise: the cache key and the file disagree). Under the cache's lock;
+    the manifest is replaced by a rename, so a process loading it meanwhile reads the old or the new."""
+    manifest = read_manifest(out_dir)
+    recorded = manifest["corpus"]
+    identity = fingerprint(corpus_path)
+    if identity["sha256"] != recorded["sha256"]:
+        raise IndexMismatchError(f"cached index {out_dir} was built from corpus sha256 {recorded['sha256']}, "
+                                 f"but {corpus_path} has sha256 {identity['sha256']}; delete {out_dir} to rebuild")
+    manifest["corpus_path"] = str(corpus_path)
+    manifest["corpus"] = {**recorded, **identity, "path": str(corpus_path),
+                          "relpath": os.path.relpath(corpus_path, out_dir)}
+    tmp = out_dir / f".{MANIFEST}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, out_dir / MANIFEST)
 
 
 def _check_replaceable(out_dir: Path) -> None:
