@@ -151,3 +151,26 @@ def test_compressed_kinds_record_their_recall_and_load_memory_mapped(tmp_path):
         build_index(path, tmp_path / "x", kind="bm25", dense_index="ivf_sq8")
     with pytest.raises(RagrlError, match="a bm25 index has no vectors"):
         build_index(path, tmp_path / "x", kind="bm25", rerank=10)
+
+
+def test_harr_pools_come_from_the_ivf_search_the_index_was_built_for(tmp_path):
+    """HARR's sampler asks the dense index for candidate pools and deterministic hops; over an IVF
+    index they must use its nprobe and re-ranking as `search` does (it used to call faiss bare:
+    one cell visited, PQ's approximate scores)."""
+    from ragrl.models.query_encoder import QueryEncoder
+    from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever
+
+    corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
+    vectors = np.load(resolve_kit("kit:embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy"), mmap_mode="r")
+    n = 5000
+    path, vec_path = tmp_path / "c.jsonl", tmp_path / "v.npy"
+    write_corpus(Corpus(ids=corpus.ids[:n], titles=corpus.titles[:n], texts=corpus.texts[:n], sha256=""), path)
+    np.save(vec_path, np.asarray(vectors[:n]))
+    dense = load_index(build_index(path, tmp_path / "pq", kind="dense", vectors=vec_path, dense_index="ivf_pq",
+                                   progress=False)).backend
+    assert dense.nprobe == 32 and dense.rerank == 10
+    sampler = StochasticRetriever(dense, QueryEncoder("all-minilm-l6-v2"), pool=10, temperature=0.05)
+    assert _ids(sampler.search_hops(QUERIES, 5, hops=1)) == _ids(dense.search(QUERIES, 5))
+    drawn = sampler.sample([QueryRequest(q, q) for q in QUERIES], 3)
+    for query, (_, action) in zip(QUERIES, drawn):
+        assert action.candidate_ids == [h.id for h in dense.search([query], 10)[0]]

@@ -127,13 +127,20 @@ class DenseIndex:
             return [[] for _ in queries]
         return self.search_vectors(self.encode_queries(queries), k)
 
-    def search_vectors(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
-        """Top-k hits for precomputed query embeddings [n, dim]."""
+    def nearest_rows(self, query_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows), each [n, k], for query embeddings [n, dim]: the one search every caller
+        (top-k hits, HARR's candidate pools) goes through, so an HNSW beam, an IVF index's nprobe and
+        its re-ranking apply everywhere. A row is -1 where fewer than k neighbours were found."""
         params = _search_params("hnsw" if self.hnsw else "ivf" if self.nprobe else "flat", self.nprobe, k)
         vectors = np.ascontiguousarray(query_vectors, dtype=np.float32)
         scores, rows = self.index.search(vectors, k * max(self.rerank, 1), params=params)
         if self.rerank:   # IVF codes propose, the memory-mapped vectors decide
             scores, rows = rerank_exact(rows, self.embeddings, vectors, k)
+        return scores, rows
+
+    def search_vectors(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
+        """Top-k hits for precomputed query embeddings [n, dim]."""
+        scores, rows = self.nearest_rows(query_vectors, k)
         # HNSW pads with row -1 when it finds fewer than k neighbours.
         return [
             [self.corpus.hit(int(i), s) for i, s in zip(row_ids, row_scores) if i >= 0]

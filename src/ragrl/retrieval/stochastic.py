@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ragrl.algos.plackett_luce import pl_log_prob, pl_sample
-from ragrl.errors import ConfigError
+from ragrl.errors import ConfigError, RagrlError
 from ragrl.retrieval.base import Hit
 
 
@@ -140,7 +140,7 @@ class StochasticRetriever:
     def _top(self, requests: list[QueryRequest], k: int) -> list[list[Hit]]:
         texts = [self.text(r) for r in requests]
         extra = max((len(r.exclude) for r in requests), default=0)
-        scores, rows = self.index.index.search(self._vectors(texts), min(k + extra, len(self)))
+        scores, rows = self.index.nearest_rows(self._vectors(texts), min(k + extra, len(self)))
         corpus, out = self.index.corpus, []
         for r, srow, rrow in zip(requests, scores, rows):
             banned = set(r.exclude)
@@ -174,12 +174,15 @@ class StochasticRetriever:
         # pool has the same size and the trainer rescoring `candidate_rows` sees exactly this pool.
         extra = max(len(requests[i].exclude) for i in todo)
         pool = min(self.pool, len(self) - extra)
-        _, uniq_rows = self.index.index.search(uniq_vectors, pool + extra)
+        _, uniq_rows = self.index.nearest_rows(uniq_vectors, pool + extra)
         vectors, rows = uniq_vectors[where], uniq_rows[where]                  # [n, d], [n, M + extra]
         if extra:
             banned = [set(requests[i].exclude) for i in todo]
             rows = np.stack([[r for r in row if r not in b][:pool] for b, row in zip(banned, rows)])
         rows = rows[:, :pool]
+        if (rows < 0).any():   # an IVF index visiting few cells, or HNSW, found fewer than the pool
+            raise RagrlError(f"the dense index found fewer than retriever.pool={pool} candidates for a "
+                             "query; lower retriever.pool, or rebuild the index with a larger nprobe")
         rows_t = torch.from_numpy(rows.astype(np.int64))
         # Scores recomputed the way the trainer will (q · e in float32), not faiss's own.
         scores = torch.einsum("nd,nmd->nm", torch.from_numpy(vectors), self.embeddings[rows_t])
