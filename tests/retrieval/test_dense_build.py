@@ -28,6 +28,16 @@ def _ids(results):
     return [[h.id for h in hits] for hits in results]
 
 
+def _kit_slice(tmp_path, n: int):
+    """The kit's first n passages and their precomputed MiniLM vectors (no encoding), as files."""
+    corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
+    vectors = np.load(resolve_kit("kit:embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy"), mmap_mode="r")
+    path, vec_path = tmp_path / "c.jsonl", tmp_path / "v.npy"
+    write_corpus(Corpus(ids=corpus.ids[:n], titles=corpus.titles[:n], texts=corpus.texts[:n], sha256=""), path)
+    np.save(vec_path, np.asarray(vectors[:n]))
+    return path, vec_path
+
+
 def test_a_killed_encoding_resumes_after_its_last_chunk_and_equals_one_pass(small, minilm, tmp_path, monkeypatch):
     monkeypatch.setattr("ragrl.retrieval.dense_build.ENCODE_CHUNK_ROWS", 16)   # 40 passages: chunks of 16, 16, 8
     calls = []
@@ -105,12 +115,8 @@ def test_exact_top_k_in_small_chunks_equals_one_full_sort_ties_to_the_lower_row(
 
 def test_compressed_kinds_record_their_recall_and_load_memory_mapped(tmp_path):
     """5,000 kit passages with the kit's precomputed MiniLM vectors (no encoding)."""
-    corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
-    vectors = np.load(resolve_kit("kit:embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy"), mmap_mode="r")
     n = 5000
-    path, vec_path = tmp_path / "c.jsonl", tmp_path / "v.npy"
-    write_corpus(Corpus(ids=corpus.ids[:n], titles=corpus.titles[:n], texts=corpus.texts[:n], sha256=""), path)
-    np.save(vec_path, np.asarray(vectors[:n]))
+    path, vec_path = _kit_slice(tmp_path, n)
     flat = load_index(build_index(path, tmp_path / "flat", kind="dense", vectors=vec_path, progress=False))
     sizes, recalls = {}, {}
     # ivf_pq re-ranks 10 candidates a hit from the memory-mapped vectors by default; its codes alone
@@ -160,12 +166,8 @@ def test_harr_pools_come_from_the_ivf_search_the_index_was_built_for(tmp_path):
     from ragrl.models.query_encoder import QueryEncoder
     from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever
 
-    corpus = load_corpus(resolve_kit("kit:corpus/wiki_passages.jsonl.gz"))
-    vectors = np.load(resolve_kit("kit:embeddings/wiki_passages.all-minilm-l6-v2.fp16.npy"), mmap_mode="r")
     n = 5000
-    path, vec_path = tmp_path / "c.jsonl", tmp_path / "v.npy"
-    write_corpus(Corpus(ids=corpus.ids[:n], titles=corpus.titles[:n], texts=corpus.texts[:n], sha256=""), path)
-    np.save(vec_path, np.asarray(vectors[:n]))
+    path, vec_path = _kit_slice(tmp_path, n)
     dense = load_index(build_index(path, tmp_path / "pq", kind="dense", vectors=vec_path, dense_index="ivf_pq",
                                    progress=False)).backend
     assert dense.nprobe == 32 and dense.rerank == 10
