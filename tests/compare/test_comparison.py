@@ -62,6 +62,9 @@ def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm
         assert trained["machine"]
     md = (out / "compare.md").read_text()
     assert "| search_r1_grpo (start) | search_r1 |" in md and "## Searches that paid off" in md
+    # how each system's episodes ended: every episode counted once; a baseline always answers
+    assert all(sum(r["stop_reasons"].values()) == 4 for r in rows.values())
+    assert rows["naive_rag"]["stop_reasons"] == {"answer": 4} and "## How episodes ended" in md
     assert (out / "f1_vs_searches.png").stat().st_size > 10_000
     saved = json.loads((out / "compare.json").read_text())
     assert saved["rows"]["naive_rag"]["f1"] == table["rows"]["naive_rag"]["f1"]

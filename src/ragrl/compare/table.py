@@ -6,6 +6,7 @@ table can be rebuilt from the trajectories_<system>.jsonl files a comparison wri
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from ragrl.eval.search_payoff import break_even_cost, payoff_summary
@@ -35,7 +36,19 @@ def system_row(trajs: list[Trajectory], wall_s: float, *, n_boot: int = 2000, se
             "searches": _ci([x.get("searches", 0) for x in m], 1.0, n_boot, seed),
             "tokens": _ci([x.get("gen_tokens", 0) for x in m], 1.0, n_boot, seed),
             "seconds_per_q": wall_s / len(trajs), "format_error_rate": s["format_error_rate"],
+            "stop_reasons": stop_reasons(trajs),
             "payoff": payoff_summary([x.get("payoff") or [] for x in m])}
+
+
+def stop_reasons(trajs: list[Trajectory]) -> dict[str, int]:
+    """How many episodes ended each way (`EpisodeEnd`), most common first: where format errors come
+    from (an episode cut at the token budget is not one that wrote a malformed tag).
+
+    >>> from ragrl.rollout.trajectory import Trajectory
+    >>> stop_reasons([Trajectory("a", "q", [], [], [], [], 0, stop_reason=r) for r in ("answer", "max_tokens", "answer")])
+    {'answer': 2, 'max_tokens': 1}
+    """
+    return dict(Counter(str(t.stop_reason) or "unknown" for t in trajs).most_common())
 
 
 def paired_search_gain(a: list[Trajectory], b: list[Trajectory], *, n_boot: int = 2000, seed: int = 0) -> dict | None:
@@ -144,6 +157,15 @@ def markdown(table: dict, meta: dict) -> str:
                              [[name, str(d.get("n_paired", 0)), *(diff_cell(d.get(k)) for k in QA_METRICS),
                                diff_cell(d.get("search_gain")), d["verdict"]]
                               for name, d in table["vs_start"].items()])
+    ends = sorted({reason for r in rows.values() for reason in r["stop_reasons"]})
+    md += ["", "## How episodes ended", ""]
+    md += markdown_table(["system", "format errors", *ends],
+                         [[name, f"{100 * r['format_error_rate']:.1f}%", *(str(r["stop_reasons"].get(e, 0)) for e in ends)]
+                          for name, r in rows.items()])
+    md += ["", ("Episodes per stop reason: answer (answered), max_tokens (cut at rollout.max_response_tokens), "
+                "max_turns (turns used up without an answer), no_answer (the turn closed without an action), "
+                "format_error (a malformed action ended it). Format errors: episodes with at least one turn that parsed "
+                "as neither a search nor an answer (a turn cut at a token budget included).")]
     own = {name: r["method_metrics"] for name, r in rows.items() if r.get("method_metrics")}
     if own:
         md += ["", "## Each method's own metrics", ""]
