@@ -26,6 +26,9 @@ split off the dev sets for training (disjoint from every eval/ file). Determinis
   with the 600 MuSiQue-train questions of `musique_train_reachable.jsonl.gz` (answers only, no gold
   passages; built by `experiments/harr/musique_train_pool.py`, which needs the dense index, so it is
   a separate step), chosen on multihop-dev by the rule in experiments/README.md.
+- `agent_dev.jsonl.gz`: 200 2Wiki dev-pool questions (not yes/no), held apart for the search
+  agents' selection rules once pool_dev's 200 were spent (issue #53); no search agent's training
+  file holds a 2Wiki question.
 No eval/ question is in any file.
 """
 from __future__ import annotations
@@ -44,6 +47,7 @@ SHARED = Path(sys.argv[1]) if len(sys.argv) > 1 else data_kit()   # the kit ragr
 OUT = Path(__file__).resolve().parents[1] / "src" / "ragrl" / "data"
 N_DEV = 200
 N_WIKI_DEV = 137
+N_AGENT_DEV = 200
 KEEP = ("id", "question", "answers", "dataset", "split", "type", "level", "supporting_titles",
         "gold_passage_ids", "context_passage_ids", "gold_source")
 
@@ -97,9 +101,21 @@ def main() -> None:
         raise SystemExit(f"multihop split: eval questions or a train/dev overlap: {bad[:5]}")
     write(m_train, OUT / "multihop_train.jsonl.gz")
     write(m_dev, OUT / "multihop_dev.jsonl.gz")
+    # Added after pool_dev's 200 had judged fifteen search-agent candidates (issue #53): 200 2Wiki
+    # dev-pool questions no search agent trains on (pool_train holds no 2Wiki), yes/no left out (the
+    # search gain skips them). HARR's multihop files hold them too; a retriever run does not choose
+    # a search agent's settings.
+    a_dev = [r for r in with_heuristic_gold(read(SHARED / "train" / "2wikimultihopqa_dev_pool.jsonl.gz"))
+             if r["answers"][0].strip().lower() not in ("yes", "no")]
+    random.Random(11).shuffle(a_dev)
+    a_dev = a_dev[:N_AGENT_DEV]
+    bad = [r["id"] for r in a_dev if r["question"].strip().lower() in eval_texts]
+    if bad or {r["id"] for r in a_dev} & {r["id"] for r in train}:
+        raise SystemExit(f"agent_dev: eval questions or pool_train questions: {bad[:5]}")
+    write(a_dev, OUT / "agent_dev.jsonl.gz")
     print(f"pool_train: {len(train)} questions, pool_dev: {len(dev)} (held apart); smartrag_train: "
           f"{len(s_train)}, smartrag_dev: {len(s_dev)}; multihop_train: {len(m_train)}, multihop_dev: "
-          f"{len(m_dev)} -> {OUT}")
+          f"{len(m_dev)}; agent_dev: {len(a_dev)} -> {OUT}")
 
 
 if __name__ == "__main__":
