@@ -89,8 +89,8 @@ def main() -> None:
         raise SystemExit(f"{len(bad)} popqa pool questions are also eval questions: {bad[:5]}")
     write(s_train, OUT / "smartrag_train.jsonl.gz")
     write(s_dev, OUT / "smartrag_dev.jsonl.gz")
-    wiki = [r for r in with_heuristic_gold(read(SHARED / "train" / "2wikimultihopqa_dev_pool.jsonl.gz"))
-            if r.get("gold_passage_ids")]
+    wiki_pool = with_heuristic_gold(read(SHARED / "train" / "2wikimultihopqa_dev_pool.jsonl.gz"))
+    wiki = [r for r in wiki_pool if r.get("gold_passage_ids")]
     random.Random(5).shuffle(wiki)
     musique = [r for r in extra if r["dataset"] == "musique"]
     m_train = pool[N_DEV:] + [r for r in extra if r["dataset"] != "musique"] + wiki[N_WIKI_DEV:]
@@ -105,8 +105,7 @@ def main() -> None:
     # dev-pool questions no search agent trains on (pool_train holds no 2Wiki), yes/no left out (the
     # search gain skips them). HARR's multihop files hold them too; a retriever run does not choose
     # a search agent's settings.
-    a_dev = [r for r in with_heuristic_gold(read(SHARED / "train" / "2wikimultihopqa_dev_pool.jsonl.gz"))
-             if r["answers"][0].strip().lower() not in ("yes", "no")]
+    a_dev = [r for r in wiki_pool if r["answers"][0].strip().lower() not in ("yes", "no")]
     random.Random(11).shuffle(a_dev)
     a_dev = a_dev[:N_AGENT_DEV]
     bad = [r["id"] for r in a_dev if r["question"].strip().lower() in eval_texts]

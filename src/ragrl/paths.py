@@ -45,6 +45,24 @@ def file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a sibling temporary file, synced, renamed over it, and the
+    folder synced, so a crash or a full disk leaves the old file (or none), never a torn one, and a
+    reader sees the old text or the new."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def data_kit() -> Path:
     """The offline data kit (51k-passage corpus, its MiniLM vectors, QA sets): the folder named by
     $RAGRL_DATA, else the installed `ragrl-data` package (the repository's `datakit/`, which

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ragrl.errors import RagrlError
+from ragrl.paths import atomic_write_text
 from ragrl.retrieval.corpus import Corpus
 
 FAISS_KINDS = ("flat", "hnsw", "ivf_sq8", "ivf_pq")
@@ -68,7 +69,7 @@ def encode_to_file(corpus: Corpus, embed, dim: int, out_path: Path, work_dir: Pa
         end = min(start + chunk_rows, n)
         vectors[start:end] = embed([_text(corpus.passage(i)) for i in range(start, end)])
         vectors.flush()   # the rows are on disk before the state says so
-        _write_json(state_path, {"identity": identity, "rows_done": end})
+        atomic_write_text(state_path, json.dumps({"identity": identity, "rows_done": end}))
         if progress:
             progress("encode", end, n)
     del vectors
@@ -209,7 +210,3 @@ def recall_at_k(index, vectors: np.ndarray, *, k: int = 10, queries: int = 1000,
     return {**out, "rerank": rerank} if rerank else out
 
 
-def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)

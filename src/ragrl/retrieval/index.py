@@ -30,7 +30,7 @@ import numpy as np
 import ragrl
 from ragrl.errors import CorpusError, IndexMismatchError, RagrlError
 from ragrl.models.embedder import canonical_embedder_name
-from ragrl.paths import file_lock
+from ragrl.paths import atomic_write_text, file_lock
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.bm25 import BM25Index
 from ragrl.retrieval.corpus import Corpus, load_corpus, open_corpus_on_disk, passage_fields
@@ -262,9 +262,7 @@ def _repoint_corpus(out_dir: Path, corpus_path: Path) -> None:
     manifest["corpus_path"] = str(corpus_path)
     manifest["corpus"] = {**recorded, **identity, "path": str(corpus_path),
                           "relpath": os.path.relpath(corpus_path, out_dir)}
-    tmp = out_dir / f".{MANIFEST}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, out_dir / MANIFEST)
+    atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
 def _check_replaceable(out_dir: Path) -> None:

@@ -30,6 +30,7 @@ import torch
 import yaml
 
 from ragrl.errors import RagrlError, RunWriteFailed
+from ragrl.paths import atomic_write_text
 from ragrl.eval.plots import line_plot
 from ragrl.train.checkpoint import checkpoints_dir, latest_checkpoint
 from ragrl.train.disk import write_failure_reason
@@ -64,7 +65,7 @@ def record_stage(run_dir: Path, stage: str, seconds: float) -> None:
     data = read_training_record(run_dir) or {"stages": []}
     data["stages"].append({"stage": stage, "seconds": round(float(seconds), 1), "machine": describe_machine(),
                            "date": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    _atomic_write(path, json.dumps(data, indent=1))
+    atomic_write_text(path, json.dumps(data, indent=1))
 
 
 def record_time_bound_cut(run_dir: Path, step: int, steps: int, bound_s: float) -> None:
@@ -72,14 +73,14 @@ def record_time_bound_cut(run_dir: Path, step: int, steps: int, bound_s: float) 
     a report can say its figures are not the fixed-step ones (clear_time_bound_cut undoes it)."""
     data = read_training_record(run_dir) or {"stages": []}
     data["cut_by_time_bound"] = {"step": int(step), "steps": int(steps), "bound_s": round(float(bound_s), 1)}
-    _atomic_write(Path(run_dir) / TRAINING_FILE, json.dumps(data, indent=1))
+    atomic_write_text(Path(run_dir) / TRAINING_FILE, json.dumps(data, indent=1))
 
 
 def clear_time_bound_cut(run_dir: Path) -> None:
     """A resumed run reached its steps: training.json no longer says a bound cut it."""
     data = read_training_record(run_dir)
     if data is not None and data.pop("cut_by_time_bound", None) is not None:
-        _atomic_write(Path(run_dir) / TRAINING_FILE, json.dumps(data, indent=1))
+        atomic_write_text(Path(run_dir) / TRAINING_FILE, json.dumps(data, indent=1))
 
 
 def read_training_record(run_dir: Path) -> dict | None:
@@ -140,7 +141,7 @@ def write_resolved_config(run_dir: Path, cfg_dict: dict) -> Path:
     """Write `run_dir/config.yaml` atomically, keys in the config's own order, between CONFIG_HEAD and
     CONFIG_END (see check_resolved_config)."""
     path = Path(run_dir) / "config.yaml"
-    _atomic_write(path, f"{CONFIG_HEAD}\n{yaml.safe_dump(cfg_dict, sort_keys=False)}{CONFIG_END}\n")
+    atomic_write_text(path, f"{CONFIG_HEAD}\n{yaml.safe_dump(cfg_dict, sort_keys=False)}{CONFIG_END}\n")
     return path
 
 
@@ -241,7 +242,7 @@ class MetricsLogger:
                 f.write("".join(json.dumps(r) + "\n" for r in every if r["step"] > step))
                 f.flush()
                 os.fsync(f.fileno())
-        _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in rows))
         self._file = open(self.path, "a", encoding="utf-8")
         if self._tb is not None:
             # TensorBoard hides events at or after purge_step written by earlier writers.
@@ -322,20 +323,6 @@ def _drop_torn_tail(path: Path) -> None:
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def plot_curves(run_dir: Path, method_keys=()) -> None:

@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlparse
 import yaml
 
 from ragrl.errors import ConfigError
+from ragrl.paths import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -228,10 +229,7 @@ def _read_ids(run_dir) -> dict:
 
 
 def _write_ids(run_dir, ids: dict) -> None:
-    path = Path(run_dir) / IDS_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(ids, indent=1))
-    os.replace(tmp, path)
+    atomic_write_text(Path(run_dir) / IDS_FILE, json.dumps(ids, indent=1))
 
 
 def _metric_name(key: str) -> str:
