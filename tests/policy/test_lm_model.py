@@ -140,6 +140,7 @@ def test_a_warm_started_runs_kl_reference_is_the_policy_it_starts_from(tiny_mode
     assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable   # the copy is frozen
     assert torch.allclose(ref_lp(), start, atol=1e-6)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable   # still, after switching
+    model.save_pretrained(tmp_path / "s", selected_adapters=["default"])   # the start, for the chain below
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
     (-(forward_actions(model, ids, attn, act)["logprobs"]).sum()).backward()
     opt.step()
@@ -153,6 +154,16 @@ def test_a_warm_started_runs_kl_reference_is_the_policy_it_starts_from(tiny_mode
                                            init_adapter=str(tmp_path / "a")))
     model = again
     assert torch.allclose(ref_lp(), lp(), atol=1e-6) and (lp() - base).abs().max() > 1e-3
+    trained = lp()
+
+    # A chain's later stage (`model.reference_adapter`): it starts from the trained adapter `a`, and its
+    # frozen start is another folder's (`s`, the weights before RL), loaded frozen.
+    model, _, _ = build_policy(ModelConfig(name=str(tiny_model_dir), lora=True, lora_r=4, lora_alpha=8,
+                                           init_adapter=str(tmp_path / "a"), reference_adapter=str(tmp_path / "s")))
+    assert torch.allclose(lp(), trained, atol=1e-6)                # the policy is the trained stage
+    assert torch.allclose(ref_lp(), start, atol=1e-6)              # its reference is the chain's start
+    assert not any(p.requires_grad for n, p in model.named_parameters() if ".reference." in n)
+    assert any(p.requires_grad for n, p in model.named_parameters() if ".default." in n)
 
 
 def test_saved_adapter_configs_are_the_same_bytes_whatever_the_hash_seed(tiny_model_dir, tmp_path):

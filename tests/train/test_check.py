@@ -32,6 +32,9 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
 @pytest.mark.parametrize("overrides,match", [
     (["algo.kl_in_reward=true", "algo.kl_coef=0.05"], "algo.kl_in_reward: the grpo estimator"),
     (["model.init_adapter=/nonexistent/adapter"], "model.init_adapter: /nonexistent/adapter is not a LoRA adapter"),
+    (["model.reference_adapter=/nonexistent/adapter"], "model.reference_adapter replaces model.init_adapter"),
+    (["model.init_adapter=/nonexistent/a", "model.reference_adapter=/nonexistent/adapter"],
+     "model.reference_adapter: /nonexistent/adapter is not a LoRA adapter"),
     (["keep_best=f1", "eval_every=0"], "keep_best needs eval_every"),
     (["eval_start=true", "eval_every=0"], "eval_start needs eval_every"),
     (["algo.kl_target=0.2", "algo.kl_coef=0"], "algo.kl_target"),

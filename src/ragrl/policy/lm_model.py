@@ -47,7 +47,7 @@ def build_policy(cfg: ModelConfig, *, with_value_head: bool = False):
     if cfg.lora:
         if cfg.init_adapter:
             model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
-            freeze_reference(model)   # KL is measured against the policy this run starts from
+            freeze_reference(model, cfg.reference_adapter)   # KL is measured against the run's start
         else:
             n_layers = model.config.num_hidden_layers
             top = cfg.lora_layers
@@ -126,15 +126,22 @@ def _cpu_has_native_bf16() -> bool:
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 
-def freeze_reference(model: nn.Module) -> None:
+def freeze_reference(model: nn.Module, source: str | None = None) -> None:
     """Make the current LoRA adapter's weights the KL reference as well: a frozen copy named
     `reference` (a warm-started run's reference is the policy RL starts from, not the base model
-    under it, which never saw the tag protocol). The copy costs the adapter's size (~1.3M values)."""
+    under it, which never saw the tag protocol). The copy costs the adapter's size (~1.3M values).
+    `source` (model.reference_adapter): load the reference from that adapter folder instead."""
     from peft import get_peft_model_state_dict, set_peft_model_state_dict  # late: peft takes ~3 s to import
 
     if not hasattr(model, "peft_config"):
         return
     active = model.active_adapter
+    if source:
+        if REFERENCE_ADAPTER in model.peft_config:
+            model.delete_adapter(REFERENCE_ADAPTER)
+        model.load_adapter(str(source), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+        model.set_adapter(active)
+        return
     state = get_peft_model_state_dict(model, adapter_name=active)
     if REFERENCE_ADAPTER in model.peft_config:
         model.delete_adapter(REFERENCE_ADAPTER)

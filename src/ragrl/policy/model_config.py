@@ -19,7 +19,13 @@ class ModelConfig:
         "The LM: a registry name (smollm2-135m-instruct), a Hugging Face id or a local path."))
     init_adapter: str | None = setting(None, help=(
         "A LoRA adapter folder to start from (e.g. an SFT checkpoint or an earlier stage's "
-        "final_adapter); it is also the KL reference. Needs model.lora. null: a new adapter."))
+        "final_adapter); it is also the KL reference unless model.reference_adapter names another. "
+        "Needs model.lora. null: a new adapter."))
+    reference_adapter: str | None = setting(None, help=(
+        "A LoRA adapter folder frozen as the run's start in place of model.init_adapter: the KL "
+        "reference, and the reader of `rollout.answer_by: start`. A later stage of a chain (R1-Searcher's "
+        "stage 2) names the chain's first start (stage 1's SFT adapter), so the reader is the one that "
+        "was never trained by RL. Needs model.init_adapter. null: model.init_adapter itself."))
     lora: bool = setting(True, help=(
         "true: train a LoRA adapter over the frozen base; false: train every weight of the model."))
     lora_r: int = setting(16, help="LoRA rank of a new adapter (an init_adapter keeps its own).")

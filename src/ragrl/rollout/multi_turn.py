@@ -68,7 +68,8 @@ class RolloutConfig:
         "setup, R1-Searcher's stage 1). Evaluation always runs whole episodes. null: off."))
     answer_by: Literal["policy", "start"] = setting("policy", help=(
         "Who writes an answer's text after the protocol's answer tag. policy: the policy. start: the "
-        "weights the run started from (model.init_adapter, kept frozen as the KL reference; the base "
+        "weights the run started from (model.reference_adapter or else model.init_adapter, kept frozen as "
+        "the KL reference; the base "
         "model without one), greedily, in training and evaluation alike: s3's frozen generator, so "
         "training the searcher cannot move the reader. Those tokens are masked out of every loss. "
         "Needs a LoRA policy and the hf engine."))

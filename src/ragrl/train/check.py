@@ -136,6 +136,12 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "FSDP-sharded weights: set shard_params=false or model.engine=hf")
     if a.kl_target is not None and a.kl_coef <= 0:
         raise ConfigError("algo.kl_target adapts algo.kl_coef, which is 0: set algo.kl_coef > 0 or drop kl_target")
+    if cfg.model.reference_adapter and not cfg.model.init_adapter:
+        raise ConfigError("model.reference_adapter replaces model.init_adapter as the run's frozen start; "
+                          "set model.init_adapter too (or drop reference_adapter)")
+    if cfg.model.reference_adapter and not (Path(cfg.model.reference_adapter) / "adapter_config.json").is_file():
+        raise ConfigError(f"model.reference_adapter: {cfg.model.reference_adapter} is not a LoRA adapter folder "
+                          "(no adapter_config.json)")
     if cfg.model.init_adapter and not (Path(cfg.model.init_adapter) / "adapter_config.json").is_file():
         raise ConfigError(f"model.init_adapter: {cfg.model.init_adapter} is not a LoRA adapter folder "
                           "(no adapter_config.json)")
