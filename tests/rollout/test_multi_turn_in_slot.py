@@ -15,7 +15,7 @@ from ragrl.models.lm_weights import load_policy
 from ragrl.policy.logprobs import action_logprobs
 from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
 from ragrl.rollout.protocol import get_protocol
-from tests.rollout.scripted import CountingRetriever, check_token_invariants
+from tests.rollout.scripted import CountingRetriever, check_token_invariants, spans
 from tests.rollout.test_multi_turn import NudgedSearchR1
 
 GREEDY = RolloutConfig(max_turns=3, max_turn_tokens=20, max_response_tokens=110, max_obs_tokens=64, passage_words=20,
@@ -123,3 +123,40 @@ def test_an_episode_past_its_bound_after_retrieval_gets_no_next_turn(smollm2_pol
         assert t.stop_reason == "timeout" and t.num_turns == 1 and t.turns[0].observation
         assert t.answer is None
         check_token_invariants(t, tok, engine.eos_token_ids)
+
+
+def test_a_forced_last_answer_opens_the_last_turn_alike_in_slot_and_turn_by_turn(smollm2_policy, index, samples):
+    """`rollout.last_action: answer`: an episode that reaches its last turn finds the protocol's answer
+    opening written in front of it (masked: the runner wrote it), and the turn parses from there."""
+    model, tok = smollm2_policy
+    cfg = replace(GREEDY, last_action="answer")
+    protocol = NudgedSearchR1()
+    reference, _ = run_episodes(HFEngine(model, tok), protocol, index, samples, cfg)
+    engine = StaticEngine(model, tok, max_batch_size=4, check_every=4)
+    engine.generate = no_generate
+    trajs, _ = run_episodes(engine, protocol, index, samples, cfg)
+    assert summary(trajs) == summary(reference)
+    opening = protocol.answer_opening()
+    ids = tok.encode(opening, add_special_tokens=False)
+    last = [t for t in trajs if t.num_turns == 3]
+    assert last, "no episode reached its last turn"
+    for t in last:
+        assert t.turns[-1].action_text.startswith(opening)
+        assert _last_masked_run(t)[-len(ids):] == ids    # the opening's ids, masked, after the observation
+        # the policy's own ids in that turn are the rest of its text (the EOS is no text)
+        *_, (value, b, e) = spans(t.action_mask, t.prompt_len)
+        own = [i for i in t.token_ids[b:e] if i not in engine.eos_token_ids]
+        assert value == 1 and opening + tok.decode(own) == t.turns[-1].action_text
+    free, _ = run_episodes(HFEngine(model, tok), protocol, index, samples, GREEDY)
+    assert not any(t.turns[-1].action_text.startswith(opening) for t in free if t.num_turns == 3)
+
+
+def _last_masked_run(t) -> list[int]:
+    """The ids of the last run of masked ids before the last turn's generated ids."""
+    end = max(i for i, m in enumerate(t.action_mask) if m == 1)
+    while t.action_mask[end] == 1:
+        end -= 1
+    start = end
+    while start > t.prompt_len and t.action_mask[start - 1] == 0:
+        start -= 1
+    return t.token_ids[start:end + 1]

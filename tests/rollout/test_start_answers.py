@@ -129,3 +129,39 @@ def test_an_exported_adapter_without_its_frozen_start_is_refused(two_adapters, t
     model.save_pretrained(tmp_path / "without")
     with pytest.raises(ValueError, match="holds no frozen start"):
         load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "without", with_start=True)
+
+
+def test_a_forced_last_turn_is_written_by_the_start_alone(two_adapters, index):
+    """`rollout.last_action: answer` with `answer_by: start`: the policy searched twice and the episode
+    reached its last turn; the runner writes the answer opening and the start the answer, in one
+    batched call: the policy generates nothing in that turn and is credited with none of it."""
+    model, tok = two_adapters
+    searches = ["<think>a</think>\n<search> Jaws director </search>", "<think>b</think>\n<search> Jaws 1975 </search>"]
+    scripts = {"Who directed Jaws?": [*searches, " Steven Spielberg </answer>"]}
+    engine = PolicyScriptedStartReal(model, tok, scripts, start_scripted=True)
+    protocol = SearchR1Protocol()
+    (traj,), _ = run_episodes(engine, protocol, index, [{"id": "a", "question": "Who directed Jaws?",
+                                                        "answers": ["Steven Spielberg"]}], _cfg(last_action="answer"))
+    assert engine.adapters == ["default", "default", REFERENCE_ADAPTER]     # no third policy turn
+    assert traj.num_turns == 3 and traj.num_searches == 2 and traj.format_errors == 0
+    assert traj.answer == "Steven Spielberg" and traj.stop_reason == EpisodeEnd.ANSWER
+    turn_text = protocol.answer_opening() + " Steven Spielberg </answer>"
+    assert traj.turns[-1].action_text == turn_text and traj.turns[-1].kind == "answer"
+    tail = tok.encode(protocol.answer_opening(), add_special_tokens=False) + \
+        tok.encode(" Steven Spielberg </answer>", add_special_tokens=False)
+    assert traj.token_ids[-len(tail):] == tail and traj.action_mask[-len(tail):] == [0] * len(tail)
+    # the policy is credited with its two searches' ids and nothing else
+    assert sum(traj.action_mask) == sum(len(tok.encode(t, add_special_tokens=False)) for t in searches)
+
+
+def test_a_forced_last_answer_is_refused_where_it_cannot_act(two_adapters, index):
+    model, tok = two_adapters
+    sample = [{"id": "q", "question": "Who directed Jaws?", "answers": ["x"]}]
+    with pytest.raises(ConfigError, match="leaves no turn to search"):
+        run_episodes(PolicyScriptedStartReal(model, tok, {}), SearchR1Protocol(), index, sample,
+                     RolloutConfig(max_turns=1, last_action="answer"))
+    untagged = SearchR1Protocol()
+    untagged.answer = None
+    with pytest.raises(ConfigError, match="has no tagged answer for its policy to open"):
+        run_episodes(PolicyScriptedStartReal(model, tok, {}), untagged, index, sample,
+                     RolloutConfig(max_turns=2, last_action="answer"))

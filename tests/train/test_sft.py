@@ -4,15 +4,14 @@ import random
 import pytest
 import torch
 
-from ragrl.rollout.protocol import get_protocol
+from ragrl.rollout.protocol import READ_THOUGHT, get_protocol
 from ragrl.datasets import load_questions
 from ragrl.paths import DEMO_CORPUS
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import make_retriever
 from ragrl.rollout.multi_turn import RolloutConfig
-from ragrl.methods.synthetic import answer_visible
-from ragrl.methods.synthetic import READ_THOUGHT, _with_gold, synth_trajectory
+from ragrl.methods.synthetic import _with_gold, answer_visible, synth_trajectory
 from ragrl.train.sft import run_sft
 
 

@@ -18,13 +18,13 @@ from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.qa import normalize_answer
-from ragrl.rollout.multi_turn import RolloutConfig, build_observation, prompt_ids
+from ragrl.rollout.multi_turn import RolloutConfig, prompt_ids
+from ragrl.rollout.observations import build_observation
 from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol, get_protocol
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 log = logging.getLogger("ragrl.train")
 
-READ_THOUGHT = "The documents give the answer."   # R1-Searcher must close its open <think>
 
 
 def render_search(p: TextProtocol, queries: list[str], thought: str, first: bool) -> str:
@@ -37,11 +37,7 @@ def render_search(p: TextProtocol, queries: list[str], thought: str, first: bool
 
 def render_answer(p: TextProtocol, answer: str, thought: str | None, first: bool = False) -> str:
     """The answer action; thought=None writes no think block where the protocol allows that."""
-    if p.search_in_think:
-        lead = p.think[0] if first else ""       # R1-Searcher's <think> is open after a search
-        return f"{lead} {thought or READ_THOUGHT} {p.think[1]}\n{p.answer[0]} {answer} {p.answer[1]}"
-    think = f"{p.think[0]}{thought}{p.think[1]}\n" if thought and p.think else ""
-    return f"{think}{p.answer[0]} {answer} {p.answer[1]}"
+    return f"{p.answer_opening(thought, first)} {answer} {p.answer[1]}"
 
 
 def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
 from ragrl.engines.base import Engine, Generation, NextTurn, SamplingParams
 from ragrl.errors import ConfigError
-from ragrl.retrieval.base import DocumentSampler, Hit, Retriever
+from ragrl.retrieval.base import DocumentSampler, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.protocol import Action, TextProtocol
-from ragrl.rollout.snippets import snippet, truncate_words
+from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_start, check_start_can_answer
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 from ragrl.yaml_config import setting
@@ -59,6 +59,13 @@ class RolloutConfig:
         "(the runner writes the protocol's search opening, its thought and query tag, and the policy "
         "writes the query), in training and evaluation alike: a small policy that answers at once, or "
         "learns to, never sees what a search finds."))
+    last_action: Literal["free", "answer"] = setting("free", help=(
+        "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
+        "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "
+        "thought and the answer tag, out of every loss) and the policy, or its start under "
+        "answer_by: start, writes the answer, in training and evaluation alike: s3's shape, where "
+        "every episode ends in an answer once its searches are spent. Needs max_turns >= 2 and a "
+        "protocol with tagged answers."))
     max_searches: int | None = setting(None, help=(
         "Retrieval quota per episode (SmartRAG): a search past it is a format error. null: no quota."))
     end_after_searches: int | None = setting(None, help=(
@@ -116,10 +123,11 @@ class _State:
     done: bool = False
     pending_queries: list[str] = field(default_factory=list)
     deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
-    opening: str = ""                  # text the runner wrote before the first turn (first_action: search)
+    opening: str = ""                  # text the runner wrote before the next turn (first/last_action)
     last_search: bool = False          # its pending search is the last one (end_after_searches)
     turn_start: int = 0                # where its latest turn's generated ids start in traj.token_ids
     turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
+    closing: tuple[str, list[int]] | None = None   # the last turn's answer opening (last_action: answer)
 
     def end(self, reason: EpisodeEnd) -> None:
         """The one way an episode ends: no turn follows, and the trajectory says why."""
@@ -153,71 +161,6 @@ def prompt_ids(tokenizer, protocol: TextProtocol, question: str) -> list[int]:
     return chat_ids(tokenizer, protocol.messages(question))
 
 
-def build_observation(
-    tokenizer, protocol: TextProtocol, queries: list[str], hits: list[list[Hit]], cfg: RolloutConfig
-) -> tuple[str, list[int]]:
-    """Format an observation within `max_obs_tokens`, shortening passages, never the tags.
-
-    Passages shrink first (down to title only); if title-only documents still overflow (three
-    queries x three documents do at the default budget), the lowest-ranked documents of every
-    query are left out, then the query labels are cut. Only a budget smaller than the bare tags
-    can still be exceeded. `turn.passage_ids` keeps every retrieved id either way.
-    """
-    budget = cfg.max_obs_tokens
-
-    def render(qs: list[str], docs: list[list[Hit]]) -> tuple[str, list[int]]:
-        text = protocol.format_observation(qs, docs)
-        return text, tokenizer.encode(text, add_special_tokens=False)
-
-    words = cfg.passage_words
-    while True:
-        short = _snippets(queries, hits, words)
-        text, ids = render(queries, short)
-        if len(ids) <= budget or words == 0:
-            break
-        words = _shrunk_words(words, budget, len(ids))
-    for keep in range(max((len(hs) for hs in hits), default=0) - 1, -1, -1):
-        if len(ids) <= budget:
-            break
-        text, ids = render(queries, [hs[:keep] for hs in short])
-    if len(ids) > budget:  # long rag_r1 query labels: keep their first words
-        text, ids = render([truncate_words(q, 6) for q in queries], [[] for _ in hits])
-    return text, ids
-
-
-def build_observations(tokenizer, protocol: TextProtocol, searches: list[tuple[list[str], list[list[Hit]]]],
-                       cfg: RolloutConfig) -> list[tuple[str, list[int]]]:
-    """`build_observation` for many searches (queries, hits) at once, with the same results: each
-    round of renderings is tokenised in one batched call (the fast tokenizer encodes them in
-    parallel; a call a rendering cost ~1 ms, most of an observation's time). Passages shrink in
-    rounds as build_observation shrinks them; a search still over the budget with title-only
-    passages is finished by build_observation itself."""
-    budget, n = cfg.max_obs_tokens, len(searches)
-    words = [cfg.passage_words] * n
-    texts: list[str] = [""] * n
-    ids: list[list[int]] = [[] for _ in range(n)]
-    todo = list(range(n))
-    while todo:
-        rendered = [protocol.format_observation(searches[i][0], _snippets(*searches[i], words[i])) for i in todo]
-        for i, text, row in zip(todo, rendered, tokenizer(rendered, add_special_tokens=False)["input_ids"]):
-            texts[i], ids[i] = text, list(row)
-        todo = [i for i in todo if len(ids[i]) > budget and words[i] > 0]
-        for i in todo:   # build_observation's shrink rule, row by row
-            words[i] = _shrunk_words(words[i], budget, len(ids[i]))
-    return [(texts[i], ids[i]) if len(ids[i]) <= budget else build_observation(tokenizer, protocol, *searches[i], cfg)
-            for i in range(n)]
-
-
-def _shrunk_words(words: int, budget: int, tokens: int) -> int:
-    # Shrink every passage proportionally to the overshoot; int() floors, so words always drops.
-    return max(0, int(words * budget / tokens * 0.95))
-
-
-def _snippets(queries: list[str], hits: list[list[Hit]], words: int) -> list[list[Hit]]:
-    # Query-focused snippets: the answer sentence survives the cut more often than with a prefix.
-    return [[replace(h, text=snippet(h.text, q, words)) for h in hs] for q, hs in zip(queries, hits)]
-
-
 def run_episodes(
     engine: Engine,
     protocol: TextProtocol,
@@ -249,6 +192,7 @@ def run_episodes(
     # A forced first search: its opening is part of the prompt (masked: the policy did not write it)
     # and of the first turn's text, so the turn parses, and is scored, as the whole search it is.
     opening = protocol.search_opening() if cfg.first_action == "search" else ""
+    closing = _closing(protocol, cfg, tok)
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
     for i, s in enumerate(samples):
@@ -258,7 +202,7 @@ def run_episodes(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
-            ), deadline=deadline, opening=opening))
+            ), deadline=deadline, opening=opening, closing=closing))
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
@@ -294,6 +238,11 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
                 if not st.done and now >= st.deadline:
                     _time_out(st, None, tok)
         active = [st for st in states if not st.done]
+        if not active:
+            break
+        for st in active:
+            _open_last_turn(st, cfg)
+        active = [st for st in active if not st.done]
         if not active:
             break
         params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline) for st in active]
@@ -334,6 +283,8 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         for (st, _), mark in zip(acted, marks):
             if not st.done and now is not None and st.deadline is not None and now >= st.deadline:
                 _time_out(st, None, tok)     # past its bound after retrieval: no next turn
+            if not st.done:
+                _open_last_turn(st, cfg)   # its ids join the observation handed to the engine
             if st.done:
                 answers.append(None)
                 continue
@@ -348,6 +299,36 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         engine.run_turns([st.traj.token_ids for st in states], first, turn_ends,
                          max_episode_tokens=cfg.max_response_tokens)
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
+
+
+def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:
+    """`rollout.last_action: answer`'s opening of the last turn (its text and ids); None: off."""
+    if cfg.last_action != "answer":
+        return None
+    if cfg.max_turns < 2:
+        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
+                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
+    text = protocol.answer_opening()   # refuses a protocol without tagged answers
+    return text, tok.encode(text, add_special_tokens=False)
+
+
+def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
+    """Before an episode's last turn (`rollout.last_action: answer`): append the answer opening, masked
+    (the runner wrote it), and let the turn's text start with it, so the turn parses as the answer
+    it is made to be. Under `answer_by: start` the turn ends there, for the start to write."""
+    if st.closing is None or st.traj.num_turns != cfg.max_turns - 1:
+        return
+    text, ids = st.closing
+    t = st.traj
+    t.token_ids += ids
+    t.action_mask += [0] * len(ids)
+    t.logprobs += [0.0] * len(ids)
+    st.opening = text
+    if cfg.answer_by == "start":   # the start writes the rest (answer_by_start): the policy writes nothing here
+        st.turn_start, st.turn_opening, st.opening = len(t.token_ids), text, ""
+        t.num_turns += 1
+        t.turns.append(Turn(action_text=text, kind="answer"))
+        st.end(EpisodeEnd.ANSWER)
 
 
 def _end_turn(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig, stats: dict) -> None:

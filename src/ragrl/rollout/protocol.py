@@ -19,6 +19,9 @@ ActionKind = Literal["search", "answer", "invalid", "continue"]
 # The thought a first search opens with: the SFT warm start's episodes write it, and
 # `rollout.first_action: search` writes it for the policy, so both open the episode alike.
 SEARCH_THOUGHT = "I need to search for this."
+# The thought an answer after a search opens with, the SFT episodes' and `rollout.last_action:
+# answer`'s alike (R1-Searcher must close the <think> its searches left open).
+READ_THOUGHT = "The documents give the answer."
 
 
 @dataclass
@@ -95,6 +98,25 @@ class TextProtocol:
             return f"{self.think[0]} {thought} {self.query[0]}"
         think = f"{self.think[0]}{thought}{self.think[1]}\n" if self.think else ""
         return f"{think}{self.query[0]}"
+
+    def answer_opening(self, thought: str | None = READ_THOUGHT, first: bool = False) -> str:
+        """An answer action's text up to and including its answer's open tag: what the SFT episodes
+        write before an answer, and what `rollout.last_action: answer` puts in front of an episode's
+        last turn. thought=None writes no think block where the protocol allows that; `first`: no
+        search came before (R1-Searcher's <think> is then not open yet).
+
+        >>> class P(TextProtocol):
+        ...     think, answer = ("<think>", "</think>"), ("<answer>", "</answer>")
+        >>> P().answer_opening()
+        '<think>The documents give the answer.</think>\\n<answer>'
+        """
+        if self.answer is None:
+            raise ConfigError(f"protocol {self.name!r} has no tagged answer for its policy to open")
+        if self.search_in_think:      # R1-Searcher: a search left <think> open; the answer follows </think>
+            lead = self.think[0] if first else ""
+            return f"{lead} {thought or READ_THOUGHT} {self.think[1]}\n{self.answer[0]}"
+        think = f"{self.think[0]}{thought}{self.think[1]}\n" if thought and self.think else ""
+        return f"{think}{self.answer[0]}"
 
     def extract_answer(self, text: str) -> str | None:
         """The final answer in a whole response, or None."""

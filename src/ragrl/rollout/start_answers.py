@@ -77,7 +77,9 @@ def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[Answerin
     t0 = time.perf_counter()
     tok = engine.tokenizer
     opener, closer = protocol.answer
-    cuts = [t.turn_start + tag_end(tok, t.traj.token_ids[t.turn_start:], opener) for t in turns]
+    # a turn the runner opened with the answer tag (rollout.last_action: answer) is cut where it starts
+    cuts = [t.turn_start if t.opening.endswith(opener) else
+            t.turn_start + tag_end(tok, t.traj.token_ids[t.turn_start:], opener) for t in turns]
     params = [SamplingParams(max_new_tokens=max(1, min(max_turn_tokens - (cut - t.turn_start),
                                                        max_response_tokens - (cut - t.traj.prompt_len))),
                              temperature=0.0, stop=[closer], n=1, seed=0)

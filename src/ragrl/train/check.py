@@ -157,6 +157,7 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "periodic evaluations, and there are none")
     check_agents(cfg)
     check_first_action(cfg)
+    check_last_action(cfg)
     check_answer_by(cfg)
     check_experts(cfg)
     check_guards(cfg)
@@ -224,6 +225,21 @@ def check_first_action(cfg: TrainConfig) -> None:
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
                           "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
+
+
+def check_last_action(cfg: TrainConfig) -> None:
+    """rollout.last_action=answer needs an LM policy whose multi-turn protocol has tagged answers, and a
+    turn before the last one to search in."""
+    if cfg.rollout.last_action != "answer":
+        return
+    protocol = _multi_turn_protocol(cfg)
+    if protocol is None or protocol.answer is None:
+        raise ConfigError(f"rollout.last_action=answer opens each episode's last turn with an answer tag, but "
+                          f"agent {cfg.agent!r} (policy {cfg.policy}) has no tagged answer turn; "
+                          "set rollout.last_action=free")
+    if cfg.rollout.max_turns < 2:
+        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.rollout.max_turns} "
+                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
 
 
 def check_answer_by(cfg: TrainConfig) -> None:
