@@ -3,18 +3,22 @@ shortened to query-focused snippets (never the tags), as every runner and SFT bu
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ragrl.retrieval.base import Hit
 from ragrl.rollout.protocol import TextProtocol
 from ragrl.rollout.snippets import snippet, truncate_words
 
-if TYPE_CHECKING:   # the runner's config module imports this one
-    from ragrl.rollout.multi_turn import RolloutConfig
+
+class ObservationBudget(Protocol):
+    """The two settings an observation is cut by (a RolloutConfig has them)."""
+
+    max_obs_tokens: int
+    passage_words: int
 
 
 def build_observation(
-    tokenizer, protocol: TextProtocol, queries: list[str], hits: list[list[Hit]], cfg: RolloutConfig
+    tokenizer, protocol: TextProtocol, queries: list[str], hits: list[list[Hit]], cfg: ObservationBudget
 ) -> tuple[str, list[int]]:
     """Format an observation within `max_obs_tokens`, shortening passages, never the tags.
 
@@ -46,7 +50,7 @@ def build_observation(
 
 
 def build_observations(tokenizer, protocol: TextProtocol, searches: list[tuple[list[str], list[list[Hit]]]],
-                       cfg: RolloutConfig) -> list[tuple[str, list[int]]]:
+                       cfg: ObservationBudget) -> list[tuple[str, list[int]]]:
     """`build_observation` for many searches (queries, hits) at once, with the same results: each
     round of renderings is tokenised in one batched call (the fast tokenizer encodes them in
     parallel; a call a rendering cost ~1 ms, most of an observation's time). Passages shrink in
