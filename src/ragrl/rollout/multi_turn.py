@@ -301,13 +301,18 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
 
 
+def check_last_action_turns(cfg: RolloutConfig) -> None:
+    """`rollout.last_action: answer` needs a turn before the last one to search in."""
+    if cfg.last_action == "answer" and cfg.max_turns < 2:
+        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
+                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
+
+
 def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:
     """`rollout.last_action: answer`'s opening of the last turn (its text and ids); None: off."""
     if cfg.last_action != "answer":
         return None
-    if cfg.max_turns < 2:
-        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
-                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
+    check_last_action_turns(cfg)
     text = protocol.answer_opening()   # refuses a protocol without tagged answers
     return text, tok.encode(text, add_special_tokens=False)
 

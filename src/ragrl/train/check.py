@@ -19,6 +19,7 @@ from ragrl.policy.lm_model import resolve_device
 from ragrl.retrieval.corpus import file_sha256, load_corpus
 from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.registry import PASSAGE_TEXT_REWARDS, make_reward
+from ragrl.rollout.multi_turn import check_last_action_turns
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
 from ragrl.train.setup import default_retriever
@@ -212,16 +213,22 @@ def _multi_turn_protocol(cfg: TrainConfig):
     return protocol if protocol is not None and protocol.runner == "multi_turn" else None
 
 
+def _require_protocol_part(cfg: TrainConfig, part: str, setting_does: str, lacks: str, instead: str) -> None:
+    """Refuse a rollout setting that acts on the protocol's `part` (its query or answer tags) for a run
+    whose policy plays no multi-turn protocol with that part."""
+    protocol = _multi_turn_protocol(cfg)
+    if protocol is None or getattr(protocol, part) is None:
+        raise ConfigError(f"{setting_does}, but agent {cfg.agent!r} (policy {cfg.policy}) has no {lacks}; "
+                          f"set {instead}")
+
+
 def check_first_action(cfg: TrainConfig) -> None:
     """rollout.first_action=search needs an LM policy whose multi-turn protocol has a search action, and
     a warm start that teaches no direct answer (sft.direct_frac): the rollout would never allow one."""
     if cfg.rollout.first_action != "search":
         return
-    protocol = _multi_turn_protocol(cfg)
-    if protocol is None or protocol.query is None:
-        raise ConfigError(f"rollout.first_action=search opens each episode with a search for the policy to finish, "
-                          f"but agent {cfg.agent!r} (policy {cfg.policy}) has no multi-turn search action; "
-                          "set rollout.first_action=free")
+    _require_protocol_part(cfg, "query", "rollout.first_action=search opens each episode with a search for the "
+                           "policy to finish", "multi-turn search action", "rollout.first_action=free")
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
                           "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
@@ -232,14 +239,9 @@ def check_last_action(cfg: TrainConfig) -> None:
     turn before the last one to search in."""
     if cfg.rollout.last_action != "answer":
         return
-    protocol = _multi_turn_protocol(cfg)
-    if protocol is None or protocol.answer is None:
-        raise ConfigError(f"rollout.last_action=answer opens each episode's last turn with an answer tag, but "
-                          f"agent {cfg.agent!r} (policy {cfg.policy}) has no tagged answer turn; "
-                          "set rollout.last_action=free")
-    if cfg.rollout.max_turns < 2:
-        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.rollout.max_turns} "
-                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
+    _require_protocol_part(cfg, "answer", "rollout.last_action=answer opens each episode's last turn with an "
+                           "answer tag", "tagged answer turn", "rollout.last_action=free")
+    check_last_action_turns(cfg.rollout)
 
 
 def check_answer_by(cfg: TrainConfig) -> None:
@@ -247,11 +249,8 @@ def check_answer_by(cfg: TrainConfig) -> None:
     LoRA adapter (the start is kept as a frozen adapter beside it) and an engine that can switch to it."""
     if cfg.rollout.answer_by != "start":
         return
-    protocol = _multi_turn_protocol(cfg)
-    if protocol is None or protocol.answer is None:
-        raise ConfigError(f"rollout.answer_by=start lets the run's start write the answers of a multi-turn "
-                          f"agent, and agent {cfg.agent!r} (policy {cfg.policy}) has no tagged answer turn; "
-                          "set rollout.answer_by=policy")
+    _require_protocol_part(cfg, "answer", "rollout.answer_by=start lets the run's start write the answers of a "
+                           "multi-turn agent", "tagged answer turn", "rollout.answer_by=policy")
     if not cfg.model.lora:
         raise ConfigError("rollout.answer_by=start needs model.lora=true: the start writes the answers from a "
                           "frozen adapter beside the trained one, and a full fine-tune keeps no such copy")
