@@ -32,13 +32,13 @@ def cache_settings(rollout, dtype, skip: int) -> dict:
     """What a cached result was decoded with. The training-only rollout settings are left out (and the
     pipeline's own, `mmoa.selector_samples` and `mmoa.generator_samples`, are not rollout settings:
     evaluation sets them to 1), so a setting added for training must not invalidate every cached
-    evaluation. skip, first_action (MMOA's pipeline has no first action to force) and answer_by (nor a
-    tagged answer turn for the start to write) join only when set, so entries written before they
-    existed stay valid."""
+    evaluation. skip, first_action (MMOA's pipeline has no first action to force), last_action and
+    answer_by (nor a tagged answer turn to force or for the start to write) join only when set, so
+    entries written before they existed stay valid."""
     from ragrl.rollout.multi_turn import TRAINING_ONLY
 
-    kept = {k: v for k, v in rollout.__dict__.items()
-            if k not in TRAINING_ONLY and (k, v) not in (("first_action", "free"), ("answer_by", "policy"))}
+    unset = (("first_action", "free"), ("last_action", "free"), ("answer_by", "policy"))
+    kept = {k: v for k, v in rollout.__dict__.items() if k not in TRAINING_ONLY and (k, v) not in unset}
     return {**kept, "dtype": str(dtype), **({"skip": skip} if skip else {})}
 
 
