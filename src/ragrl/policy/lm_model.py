@@ -136,17 +136,14 @@ def freeze_reference(model: nn.Module, source: str | None = None) -> None:
     if not hasattr(model, "peft_config"):
         return
     active = model.active_adapter
-    if source:
-        if REFERENCE_ADAPTER in model.peft_config:
-            model.delete_adapter(REFERENCE_ADAPTER)
-        model.load_adapter(str(source), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
-        model.set_adapter(active)
-        return
-    state = get_peft_model_state_dict(model, adapter_name=active)
     if REFERENCE_ADAPTER in model.peft_config:
         model.delete_adapter(REFERENCE_ADAPTER)
-    model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
-    set_peft_model_state_dict(model, state, adapter_name=REFERENCE_ADAPTER)
+    if source:
+        model.load_adapter(str(source), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+    else:
+        model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(model.peft_config[active]))
+        set_peft_model_state_dict(model, get_peft_model_state_dict(model, adapter_name=active),
+                                  adapter_name=REFERENCE_ADAPTER)
     model.set_adapter(active)   # peft's set_adapter leaves only the active adapter trainable
 
 

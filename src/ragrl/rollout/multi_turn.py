@@ -75,9 +75,8 @@ class RolloutConfig:
         "setup, R1-Searcher's stage 1). Evaluation always runs whole episodes. null: off."))
     answer_by: Literal["policy", "start"] = setting("policy", help=(
         "Who writes an answer's text after the protocol's answer tag. policy: the policy. start: the "
-        "weights the run started from (model.reference_adapter or else model.init_adapter, kept frozen as "
-        "the KL reference; the base "
-        "model without one), greedily, in training and evaluation alike: s3's frozen generator, so "
+        "weights the run started from (model.reference_adapter or else model.init_adapter, kept frozen "
+        "as the KL reference; the base model without one), greedily, in training and evaluation alike: s3's frozen generator, so "
         "training the searcher cannot move the reader. Those tokens are masked out of every loss. "
         "Needs a LoRA policy and the hf engine."))
     topk: int = setting(3, help="Passages retrieved per query.")
@@ -237,12 +236,10 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
             for st in states:
                 if not st.done and now >= st.deadline:
                     _time_out(st, None, tok)
+        for st in states:
+            if not st.done:
+                _open_last_turn(st, cfg)   # under answer_by: start it ends the episode for the start to answer
         active = [st for st in states if not st.done]
-        if not active:
-            break
-        for st in active:
-            _open_last_turn(st, cfg)
-        active = [st for st in active if not st.done]
         if not active:
             break
         params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline) for st in active]
