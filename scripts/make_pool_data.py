@@ -29,6 +29,9 @@ split off the dev sets for training (disjoint from every eval/ file). Determinis
 - `agent_dev.jsonl.gz`: 200 2Wiki dev-pool questions (not yes/no), held apart for the search
   agents' selection rules once pool_dev's 200 were spent (issue #53); no search agent's training
   file holds a 2Wiki question.
+- `agent_confirm.jsonl.gz`: the other 364 of those 2Wiki dev-pool questions (not yes/no), from the
+  same shuffle, so disjoint from agent_dev: fresh questions to confirm a candidate chosen on
+  agent_dev (issue #53's twelfth rule).
 No eval/ question is in any file.
 """
 from __future__ import annotations
@@ -107,14 +110,17 @@ def main() -> None:
     # a search agent's settings.
     a_dev = [r for r in wiki_pool if r["answers"][0].strip().lower() not in ("yes", "no")]
     random.Random(11).shuffle(a_dev)
-    a_dev = a_dev[:N_AGENT_DEV]
-    bad = [r["id"] for r in a_dev if r["question"].strip().lower() in eval_texts]
-    if bad or {r["id"] for r in a_dev} & {r["id"] for r in train}:
-        raise SystemExit(f"agent_dev: eval questions or pool_train questions: {bad[:5]}")
+    # Added after agent_dev's 200 had judged three candidates: the rest of the same shuffle, to confirm
+    # on fresh questions a candidate chosen there.
+    a_dev, a_confirm = a_dev[:N_AGENT_DEV], a_dev[N_AGENT_DEV:]
+    bad = [r["id"] for r in a_dev + a_confirm if r["question"].strip().lower() in eval_texts]
+    if bad or {r["id"] for r in a_dev + a_confirm} & {r["id"] for r in train}:
+        raise SystemExit(f"agent_dev / agent_confirm: eval questions or pool_train questions: {bad[:5]}")
     write(a_dev, OUT / "agent_dev.jsonl.gz")
+    write(a_confirm, OUT / "agent_confirm.jsonl.gz")
     print(f"pool_train: {len(train)} questions, pool_dev: {len(dev)} (held apart); smartrag_train: "
           f"{len(s_train)}, smartrag_dev: {len(s_dev)}; multihop_train: {len(m_train)}, multihop_dev: "
-          f"{len(m_dev)}; agent_dev: {len(a_dev)} -> {OUT}")
+          f"{len(m_dev)}; agent_dev: {len(a_dev)}, agent_confirm: {len(a_confirm)} -> {OUT}")
 
 
 if __name__ == "__main__":

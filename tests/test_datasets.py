@@ -141,17 +141,20 @@ def test_multihop_splits_share_no_question_with_the_kits_eval_files():
     assert all(q["gold_source"] == "heuristic_evidence" and q["gold_passage_ids"] for q in wiki)
 
 
-def test_agent_dev_is_2wiki_no_search_agent_trains_on_and_no_eval_question():
+@pytest.mark.parametrize("name,size", [("agent-dev", 200), ("agent-confirm", 364)])
+def test_agent_splits_are_2wiki_no_search_agent_trains_on_and_no_eval_question(name, size):
     """`agent-dev` holds apart 200 2Wiki dev-pool questions for the search agents' selection rules
-    once `pool-dev` was spent: none in a search agent's training files, none yes/no (the search gain
-    skips those), none an eval/ question."""
+    once `pool-dev` was spent, and `agent-confirm` the other 364, to confirm what `agent-dev` chose:
+    none in a search agent's training files, none yes/no (the search gain skips those), none an eval/
+    question, and the two splits disjoint."""
     from ragrl.paths import data_kit
     from ragrl.rewards.qa import normalize_answer
 
-    dev = load_questions("agent-dev")
-    assert len(dev) == 200 and {q["dataset"] for q in dev} == {"2wikimultihopqa"}
+    dev = load_questions(name)
+    assert len(dev) == size and {q["dataset"] for q in dev} == {"2wikimultihopqa"}
     assert not any(normalize_answer(q["answers"][0]) in ("yes", "no") for q in dev)
-    trained_on = {q["id"] for name in ("pool-train", "pool-dev", "smartrag-train", "demo-train")
+    other = "agent-confirm" if name == "agent-dev" else "agent-dev"
+    trained_on = {q["id"] for name in ("pool-train", "pool-dev", "smartrag-train", "demo-train", other)
                   for q in load_questions(name)}
     assert not {q["id"] for q in dev} & trained_on
     kit = data_kit()

@@ -7,6 +7,7 @@ from pathlib import Path
 from ragrl.errors import RagrlError
 from ragrl.jsonl import iter_json_objects
 from ragrl.paths import (
+    AGENT_CONFIRM,
     AGENT_DEV,
     DEMO_EVAL,
     DEMO_TRAIN,
@@ -21,12 +22,13 @@ from ragrl.paths import (
 
 ALIASES = {"demo-train": DEMO_TRAIN, "demo-eval": DEMO_EVAL, "pool-train": POOL_TRAIN, "pool-dev": POOL_DEV,
            "smartrag-train": SMARTRAG_TRAIN, "smartrag-dev": SMARTRAG_DEV,
-           "multihop-train": MULTIHOP_TRAIN, "multihop-dev": MULTIHOP_DEV, "agent-dev": AGENT_DEV}
+           "multihop-train": MULTIHOP_TRAIN, "multihop-dev": MULTIHOP_DEV, "agent-dev": AGENT_DEV,
+           "agent-confirm": AGENT_CONFIRM}
 
 
 def resolve_data(path: str | Path) -> Path:
     """`demo-train` / `demo-eval` / `pool-train` / `pool-dev` / `smartrag-train` / `smartrag-dev` /
-    `multihop-train` / `multihop-dev` / `agent-dev` name the bundled splits; `kit:eval/…`
+    `multihop-train` / `multihop-dev` / `agent-dev` / `agent-confirm` name the bundled splits; `kit:eval/…`
     a file of the data kit (ragrl.paths.data_kit); anything else is a file path."""
     p = ALIASES.get(str(path)) or resolve_kit(path)
     if not Path(p).exists():

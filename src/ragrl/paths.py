@@ -24,6 +24,7 @@ SMARTRAG_DEV = DATA_DIR / "smartrag_dev.jsonl.gz"       # 200 of them held apart
 MULTIHOP_TRAIN = DATA_DIR / "multihop_train.jsonl.gz"   # HotpotQA + 2Wiki pool questions with evidence ids
 MULTIHOP_DEV = DATA_DIR / "multihop_dev.jsonl.gz"       # HotpotQA / MuSiQue-train / 2Wiki held apart
 AGENT_DEV = DATA_DIR / "agent_dev.jsonl.gz"             # 2Wiki dev-pool questions no search agent trains on
+AGENT_CONFIRM = DATA_DIR / "agent_confirm.jsonl.gz"     # the rest of them, to confirm what agent-dev chose
 KIT_PREFIX = "kit:"
 
 
