@@ -33,7 +33,8 @@ def main() -> None:
     from ragrl.datasets import load_questions
     from ragrl.models.lm_weights import resolve_policy
     from ragrl.retrieval.resolve import retriever_for
-    from ragrl.rollout.multi_turn import RolloutConfig, build_observation, build_observations
+    from ragrl.rollout.config import RolloutConfig
+    from ragrl.rollout.multi_turn import build_observation, build_observations
     from ragrl.rollout.protocol import get_protocol
 
     tok = AutoTokenizer.from_pretrained(str(resolve_policy("smollm2-135m-instruct")))

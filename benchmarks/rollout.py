@@ -207,7 +207,7 @@ def main() -> None:
     from ragrl.paths import DEMO_CORPUS
     from ragrl.retrieval.index import build_index
     from ragrl.retrieval.resolve import make_retriever
-    from ragrl.rollout.multi_turn import RolloutConfig
+    from ragrl.rollout.config import RolloutConfig
 
     torch.set_num_threads(args.threads)
     info = machine_info(torch.get_num_threads())

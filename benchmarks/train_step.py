@@ -87,7 +87,7 @@ def load_inputs(args):
 
 
 def rollout_config(args, case):
-    from ragrl.rollout.multi_turn import RolloutConfig
+    from ragrl.rollout.config import RolloutConfig
 
     return RolloutConfig(n=args.n, temperature=1.0, topk=args.topk, seed=args.seed, **CASES[case])
 

@@ -32,14 +32,11 @@ def cache_settings(rollout, dtype, skip: int) -> dict:
     """What a cached result was decoded with. The training-only rollout settings are left out (and the
     pipeline's own, `mmoa.selector_samples` and `mmoa.generator_samples`, are not rollout settings:
     evaluation sets them to 1), so a setting added for training must not invalidate every cached
-    evaluation. skip, first_action (MMOA's pipeline has no first action to force), last_action and
-    answer_by (nor a tagged answer turn to force or for the start to write) join only when set, so
-    entries written before they existed stay valid."""
-    from ragrl.rollout.multi_turn import TRAINING_ONLY
+    evaluation. skip, and the rollout settings added since (`evaluation_key`: first_action, last_action,
+    answer_by), join only when set, so entries written before they existed stay valid."""
+    from ragrl.rollout.config import evaluation_key
 
-    unset = (("first_action", "free"), ("last_action", "free"), ("answer_by", "policy"))
-    kept = {k: v for k, v in rollout.__dict__.items() if k not in TRAINING_ONLY and (k, v) not in unset}
-    return {**kept, "dtype": str(dtype), **({"skip": skip} if skip else {})}
+    return {**evaluation_key(rollout), "dtype": str(dtype), **({"skip": skip} if skip else {})}
 
 
 def selector_f1(t) -> float:
@@ -77,7 +74,7 @@ def main() -> None:
     from ragrl.models.agent_adapters import load_agent_adapters, set_agent_adapters
     from ragrl.models.lm_weights import load_policy
     from ragrl.policy.lm_model import torch_dtype
-    from ragrl.rollout.multi_turn import RolloutConfig
+    from ragrl.rollout.config import RolloutConfig
     from ragrl.engines.hf import HFEngine
     from ragrl.train.config import DataConfig, TrainConfig
     from ragrl.train.setup import default_retriever

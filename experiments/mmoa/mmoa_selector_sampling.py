@@ -91,7 +91,7 @@ def main() -> None:
     from ragrl.datasets import load_questions
     from ragrl.models.lm_weights import load_policy
     from ragrl.policy.lm_model import torch_dtype
-    from ragrl.rollout.multi_turn import RolloutConfig
+    from ragrl.rollout.config import RolloutConfig
     from ragrl.engines.hf import HFEngine
     from ragrl.methods.mmoa.pipeline import run_mmoa_episodes
     from ragrl.methods.mmoa.settings import MMOASettings

@@ -209,7 +209,8 @@ def episode(bench: Bench, tok, model, batch: int, system: str, raw_rate: float |
     turn, KV reused through prefix caching), hf (turn by turn)."""
     from ragrl.datasets import load_questions
     from ragrl.retrieval.resolve import retriever_for
-    from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+    from ragrl.rollout.config import RolloutConfig
+    from ragrl.rollout.multi_turn import run_episodes
 
     questions = load_questions("demo-train")
     samples = [{**questions[i % len(questions)], "id": str(i)} for i in range(batch)]

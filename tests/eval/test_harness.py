@@ -17,7 +17,8 @@ from ragrl.eval.report import recompute_summary, write_report
 from ragrl.models.lm_weights import load_policy
 from ragrl.retrieval.resolve import make_retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
-from ragrl.rollout.multi_turn import RolloutConfig, prompt_ids
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import prompt_ids
 from ragrl.engines.hf import HFEngine
 
 FAST_ROLLOUT = RolloutConfig(temperature=0.0, max_turns=2, max_turn_tokens=24, max_response_tokens=96,

@@ -147,7 +147,7 @@ def test_mmoa_eval_cache_key_is_what_decoding_reads_and_nothing_else():
     not change it, or every earlier system is decoded again (~10 min each on 258 questions). A new
     RolloutConfig field fails here until it is placed in or out of the key on purpose."""
     from experiments.mmoa.mmoa_eval import cache_settings
-    from ragrl.rollout.multi_turn import RolloutConfig
+    from ragrl.rollout.config import RolloutConfig
 
     pinned = {"max_turns": 4, "max_turn_tokens": 128, "max_response_tokens": 768, "max_obs_tokens": 192,
               "passage_words": 30, "max_queries_per_call": 3, "max_searches": None, "topk": 3, "temperature": 0.0,

@@ -17,7 +17,7 @@ from ragrl.errors import ConfigError, IndexMismatchError
 from ragrl.models.query_encoder import QueryEncoder
 from ragrl.policy.retriever import RetrieverPolicy, collate_retrievals
 from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.retrieval_only import run_retrieval_episodes
 from ragrl.train.run_dir import read_metrics
 

@@ -12,7 +12,7 @@ from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.retrieval.resolve import make_retriever
 from ragrl.methods.mmoa.reward import mmoa_reward
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.methods.mmoa.pipeline import run_mmoa_episodes
 from ragrl.methods.mmoa.settings import MMOASettings, evaluation_settings
 

@@ -9,7 +9,8 @@ from ragrl.models.lm_weights import load_tokenizer
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.resolve import make_retriever
 from ragrl.methods.smartrag.reward import smartrag_reward
-from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.methods.smartrag.sft import smartrag_targets
 from tests.rollout.scripted import CountingRetriever, ScriptedEngine, check_token_invariants

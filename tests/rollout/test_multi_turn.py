@@ -15,7 +15,8 @@ import torch
 from ragrl.rollout.protocol import get_protocol
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.datasets import load_questions
-from ragrl.rollout.multi_turn import RolloutConfig, prompt_ids, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import prompt_ids, run_episodes
 from ragrl.rollout.observations import build_observation, build_observations
 from ragrl.rollout.trajectory import EpisodeEnd
 from ragrl.engines.hf import HFEngine

@@ -13,7 +13,8 @@ from ragrl.engines.hf import HFEngine
 from ragrl.engines.static import StaticEngine
 from ragrl.models.lm_weights import load_policy
 from ragrl.policy.logprobs import action_logprobs
-from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import get_protocol
 from tests.rollout.scripted import CountingRetriever, check_token_invariants, spans
 from tests.rollout.test_multi_turn import NudgedSearchR1

@@ -10,7 +10,8 @@ import pytest
 from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.models.lm_weights import load_tokenizer
-from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 from tests.rollout.scripted import CountingRetriever, ScriptedEngine, check_token_invariants, spans
 

@@ -21,7 +21,8 @@ from ragrl.errors import ConfigError
 from ragrl.methods.mmoa.pipeline import MMOABudgets, run_mmoa_episodes
 from ragrl.methods.mmoa.protocol import MMOAProtocol
 from ragrl.models.lm_weights import load_policy
-from ragrl.rollout.multi_turn import RolloutConfig, episode_deadline, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import episode_deadline, run_episodes
 from ragrl.rollout.protocol import get_protocol
 from tests.rollout.scripted import CountingRetriever, check_token_invariants
 

@@ -16,7 +16,8 @@ from ragrl.errors import ConfigError
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.models.agent_adapters import REFERENCE_ADAPTER, load_adapters
 from ragrl.models.lm_weights import load_policy
-from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.trajectory import EpisodeEnd
 
 from tests.rollout.scripted import ScriptedEngine, spans

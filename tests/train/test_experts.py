@@ -13,7 +13,8 @@ from ragrl.paths import DEMO_CORPUS
 from ragrl.policy.lm import LMPolicy
 from ragrl.policy.lm_model import build_policy, forward_actions
 from ragrl.retrieval.resolve import make_retriever
-from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.config import ModelConfig

@@ -10,7 +10,7 @@ from ragrl.paths import DEMO_CORPUS
 from ragrl.retrieval.base import Hit
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import make_retriever
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.methods.synthetic import _with_gold, answer_visible, synth_trajectory
 from ragrl.train.sft import run_sft
 

@@ -39,7 +39,7 @@ from ragrl.models.lm_weights import load_policy
 from ragrl.retrieval.corpus import Corpus, file_sha256
 from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
-from ragrl.rollout.multi_turn import TRAINING_ONLY, RolloutConfig
+from ragrl.rollout.config import TRAINING_ONLY, RolloutConfig, evaluation_key
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.runners import run_agent
 from ragrl.rollout.trajectory import Trajectory
@@ -117,8 +117,9 @@ def system_key(system: System, ctx: Context) -> dict:
         own = (settings_of(cfg, system.run.method) if system.kind == "retriever"
                else runner_settings(cfg, get_protocol(cfg.agent).runner, evaluation=True))
         # The rollout as evaluated, not as trained: two runs that differ only in how they sampled or
-        # scheduled training episodes (temperature, n, end_after_searches, ...) share their start.
-        key.update(model=cfg.model.name, agent=cfg.agent, rollout=evaluated_rollout(cfg, ctx, system.role).__dict__,
+        # scheduled training episodes (temperature, n, end_after_searches, ...) share their start; a
+        # setting added later joins only where set, so a new one leaves earlier entries valid.
+        key.update(model=cfg.model.name, agent=cfg.agent, rollout=evaluation_key(evaluated_rollout(cfg, ctx, system.role)),
                    settings=own.__dict__ if own is not None else None, corpus=system.run.search.corpus_sha256)
     return json.loads(json.dumps(key, default=str))
 

@@ -22,7 +22,8 @@ from ragrl.eval.search_gain import annotate_search_gain, records_shown_passages
 from ragrl.eval.stats import SEARCH_METRICS, summarize
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
-from ragrl.rollout.multi_turn import TRAINING_ONLY, RolloutConfig, chat_ids
+from ragrl.rollout.config import TRAINING_ONLY, RolloutConfig
+from ragrl.rollout.multi_turn import chat_ids
 from ragrl.rollout.protocol import default_text_protocol, get_protocol
 from ragrl.rollout.runners import answering, run_agent
 from ragrl.rollout.snippets import snippet

@@ -18,7 +18,8 @@ from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.qa import normalize_answer
-from ragrl.rollout.multi_turn import RolloutConfig, prompt_ids
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import prompt_ids
 from ragrl.rollout.observations import build_observation
 from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol, get_protocol
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn

@@ -20,7 +20,8 @@ import time
 import torch
 
 from ragrl.retrieval.stochastic import QueryRequest, StochasticRetriever, found_entry
-from ragrl.rollout.multi_turn import RolloutConfig, episode_deadline
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import episode_deadline
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 

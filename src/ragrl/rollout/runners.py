@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ragrl.registry import Registry
-from ragrl.rollout.multi_turn import RolloutConfig, run_episodes
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import TextProtocol
 
 # (engine, protocol, retriever, samples, cfg, *, group_offset[, settings]): a method's runner also

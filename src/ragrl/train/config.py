@@ -19,7 +19,7 @@ import ragrl.methods  # noqa: F401  (registers the methods, whose settings secti
 from ragrl.errors import ConfigError
 from ragrl.methods.base import METHODS, POLICY_SETUPS, SFT_BUILDERS, Method
 from ragrl.policy.model_config import ModelConfig
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import PROTOCOLS, default_text_protocol
 from ragrl.yaml_config import Choice, load_config, move_key, setting
 

@@ -15,7 +15,7 @@ import torch
 
 from ragrl.methods.synthetic import corpus_passages, expert_trajectory
 from ragrl.retrieval.base import Hit, Retriever
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import TextProtocol, get_protocol
 from ragrl.rollout.trajectory import Trajectory
 

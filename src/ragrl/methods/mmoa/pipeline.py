@@ -47,7 +47,8 @@ from ragrl.methods.mmoa.protocol import (
 )
 from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
-from ragrl.rollout.multi_turn import RolloutConfig, chat_ids, episode_deadline
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import chat_ids, episode_deadline
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 

@@ -25,7 +25,7 @@ from ragrl.retrieval.base import Hit, Retriever
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.qa import cover_em, exact_match, normalize_answer
-from ragrl.rollout.multi_turn import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import TextProtocol, get_protocol
 from ragrl.rollout.trajectory import Trajectory
 

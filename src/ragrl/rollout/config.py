@@ -1,0 +1,100 @@
+"""The rollout settings (the `rollout:` section of a recipe), and which of them an evaluated result
+depends on. Every runner and evaluation reads them; `multi_turn` runs the episodes they describe."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ragrl.yaml_config import setting
+
+
+@dataclass
+class RolloutConfig:
+    """Budgets and sampling for episodes (every limit is per trajectory)."""
+
+    max_turns: int = setting(4, help="Policy turns per episode, the answer turn included.")
+    max_turn_tokens: int = setting(128, help="New tokens the policy may generate in one turn.")
+    max_response_tokens: int = setting(768, help=(
+        "Tokens of an episode after its prompt (actions and observations together); a turn's budget "
+        "is cut to what is left."))
+    max_obs_tokens: int = setting(192, help=(
+        "Tokens of one observation, tags included (passages are shortened to fit, never the tags)."))
+    passage_words: int = setting(40, help=(
+        "Each retrieved passage is cut to this many words before the observation's token budget."))
+    max_queries_per_call: int = setting(3, help=(
+        "Queries honoured from one search action (a protocol that sends several at once); the rest "
+        "are dropped."))
+    first_action: Literal["free", "search"] = setting("free", help=(
+        "free: the policy chooses its first action. search: every episode's first turn is a search "
+        "(the runner writes the protocol's search opening, its thought and query tag, and the policy "
+        "writes the query), in training and evaluation alike: a small policy that answers at once, or "
+        "learns to, never sees what a search finds."))
+    last_action: Literal["free", "answer"] = setting("free", help=(
+        "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
+        "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "
+        "thought and the answer tag, out of every loss) and the policy, or its start under "
+        "answer_by: start, writes the answer, in training and evaluation alike: s3's shape, where "
+        "every episode ends in an answer once its searches are spent. Needs max_turns >= 2 and a "
+        "protocol with tagged answers."))
+    max_searches: int | None = setting(None, help=(
+        "Retrieval quota per episode (SmartRAG): a search past it is a format error. null: no quota."))
+    end_after_searches: int | None = setting(None, help=(
+        "Training only: an episode ends once this many of its searches have been served (stop "
+        "reason `retrieved`; the last search's passages are recorded, not shown), so a reward on what "
+        "the searches found trains the query writer without the turns after them (DeepRetrieval's "
+        "setup, R1-Searcher's stage 1). Evaluation always runs whole episodes. null: off."))
+    answer_by: Literal["policy", "start"] = setting("policy", help=(
+        "Who writes an answer's text after the protocol's answer tag. policy: the policy. start: the "
+        "weights the run started from (model.reference_adapter or else model.init_adapter, kept frozen "
+        "as the KL reference; the base model without one), greedily, in training and evaluation alike: s3's frozen generator, so "
+        "training the searcher cannot move the reader. Those tokens are masked out of every loss. "
+        "Needs a LoRA policy and the hf engine."))
+    topk: int = setting(3, help="Passages retrieved per query.")
+    temperature: float = setting(1.0, help=(
+        "Sampling temperature of the policy's training rollouts (evaluation decodes greedily). 0: greedy."))
+    top_p: float = setting(1.0, help="Nucleus sampling: tokens outside the top-p mass are never drawn. 1: off.")
+    n: int = setting(1, help=(
+        "Samples per question in training: a question's group for the group estimators (grpo, "
+        "rloo, ...), which need n >= 2. Evaluation uses 1."))
+    seed: int = setting(0, help=(
+        "Base seed of the rollout's sampling (each turn's seed derives from it). Training replaces "
+        "it every step with one derived from the run's seed, the step and the rank; evaluation with "
+        "its own seed."))
+    # The engine cuts a turn at the bound, so one slow row does not hold the others.
+    max_episode_s: float | None = setting(None, help=(
+        "Wall-time bound of one episode in seconds from its start: past it the episode ends as "
+        "truncated (stop_reason timeout; scored per guard.timeout_reward). Training only. null: none."))
+    max_rollout_s: float | None = setting(None, help=(
+        "Wall-time bound of a whole rollout call in seconds: episodes still running then end as "
+        "truncated (stop_reason timeout). Training only. null: none."))
+    # Greedy episodes are the same either way; sampled ones draw from other seeds (a turn's seed is
+    # per episode, not per position in the batch of still-active episodes).
+    turns_in_slot: bool = setting(True, help=(
+        "With an engine that runs whole episodes (static): an episode's next turn starts in its slot "
+        "as soon as its own turn and retrieval are done. false: every episode's turn t waits for the "
+        "whole batch's turn t, then all retrieve in one call."))
+
+
+# Rollout settings that only shape how training episodes are scheduled, with the value evaluation
+# gives each (no wall-time cut: an evaluated result must not depend on how busy the machine was;
+# greedy episodes are the same in or out of their slots), so they never change an evaluated result
+# (nor belong in the key of a cached one). A method's own training-only knobs are set to their
+# evaluation values by its `Method.evaluation_settings`.
+TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True,
+                 "end_after_searches": None}
+# Settings added after evaluations were first cached, with the value that leaves episodes as they were:
+# they join a cache key only when set, so entries written before they existed stay valid.
+KEYED_WHEN_SET = {"first_action": "free", "last_action": "free", "answer_by": "policy"}
+
+
+def evaluation_key(rollout: RolloutConfig) -> dict:
+    """The rollout settings an evaluated result depends on, for a cache key: the training-only ones
+    left out, and KEYED_WHEN_SET's only where set.
+
+    >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))
+    ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s', 'turns_in_slot']
+    >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
+    'start'
+    """
+    return {k: v for k, v in rollout.__dict__.items()
+            if k not in TRAINING_ONLY and (k not in KEYED_WHEN_SET or KEYED_WHEN_SET[k] != v)}
