@@ -137,7 +137,11 @@ def test_pipeline_branches_at_the_selector_and_groups_each_pipelines_selections(
     assert branched.selector_samples == 1
     res = evaluate(engine, index, samples, EvalConfig(agent="mmoa", systems=["agent"], n=2, runner_settings=branched,
                                                       rollout=RolloutConfig(temperature=0.0)))
-    assert [t.agent for t in res["mmoa"]["trajectories"]] == ["generator", "generator"]   # one answer a question
+    answers = res["mmoa"]["trajectories"]
+    assert [t.agent for t in answers] == ["generator", "generator"]   # one answer a question
+    # the answer carries its pipeline's searches (the rewriter's sub-questions), as compare counts them
+    assert [t.num_searches for t in answers] == [len(t.metrics["subquestions"]) for t in answers]
+    assert any(t.num_searches > 0 for t in answers)
 
 
 def test_greedy_agents_decode_greedily_while_the_others_sample(tiny_model_dir, index):

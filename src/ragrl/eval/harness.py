@@ -11,6 +11,7 @@ numbers recompute from its JSONL. Decoding is greedy unless the config says othe
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -115,7 +116,16 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
         rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **TRAINING_ONLY)
         trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg, settings=cfg.runner_settings)
-        return answering(trajs, protocol)
+        answers = answering(trajs, protocol)
+        if protocol.answering_agent is not None:
+            # A pipeline's searches are its other agents' (MMOA-RAG's rewriter): counted per question,
+            # as `ragrl compare` counts every agent's, so its searches per question are not read as 0.
+            searches = Counter()
+            for t in trajs:
+                searches[t.sample_id] += t.num_searches
+            for t in answers:
+                t.num_searches = searches[t.sample_id]
+        return answers
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
 
 
