@@ -154,8 +154,8 @@ def test_agent_splits_are_2wiki_no_search_agent_trains_on_and_no_eval_question(n
     assert len(dev) == size and {q["dataset"] for q in dev} == {"2wikimultihopqa"}
     assert not any(normalize_answer(q["answers"][0]) in ("yes", "no") for q in dev)
     other = "agent-confirm" if name == "agent-dev" else "agent-dev"
-    trained_on = {q["id"] for name in ("pool-train", "pool-dev", "smartrag-train", "demo-train", other)
-                  for q in load_questions(name)}
+    trained_on = {q["id"] for split in ("pool-train", "pool-dev", "smartrag-train", "demo-train", other)
+                  for q in load_questions(split)}
     assert not {q["id"] for q in dev} & trained_on
     kit = data_kit()
     held_out = {normalize_answer(q["question"]) for p in (kit / "eval").glob("*.jsonl.gz") for q in load_questions(p)}

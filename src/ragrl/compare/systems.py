@@ -41,7 +41,7 @@ from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
 from ragrl.rollout.config import TRAINING_ONLY, RolloutConfig, evaluation_key
 from ragrl.rollout.protocol import get_protocol
-from ragrl.rollout.runners import run_agent
+from ragrl.rollout.runners import episodes_by_question, run_agent
 from ragrl.rollout.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -146,12 +146,8 @@ def _agent_episodes(system: System, ctx: Context, engine, retriever) -> list[lis
     settings = runner_settings(cfg, protocol.runner, evaluation=True)
     trajs = _batches(ctx, system.name,
                      lambda batch: run_agent(engine, protocol, retriever, batch, rollout, settings=settings)[0])
-    by_q: dict[str, list[Trajectory]] = {}
-    for t in trajs:
-        by_q.setdefault(t.sample_id, []).append(t)
-    answering = protocol.answering_agent
-    return [sorted(by_q[str(q["id"])], key=lambda t: answering is not None and t.agent != answering)
-            for q in ctx.samples]
+    by_q = episodes_by_question(trajs, protocol)
+    return [by_q[str(q["id"])] for q in ctx.samples]
 
 
 def _reader_fed(system: System, ctx: Context) -> list[list[Trajectory]]:

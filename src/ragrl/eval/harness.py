@@ -11,7 +11,6 @@ numbers recompute from its JSONL. Decoding is greedy unless the config says othe
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -20,13 +19,14 @@ from ragrl.errors import ConfigError
 from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
 from ragrl.eval.batches import in_batches
 from ragrl.eval.search_gain import annotate_search_gain, records_shown_passages
+from ragrl.eval.search_payoff import search_events
 from ragrl.eval.stats import SEARCH_METRICS, summarize
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
 from ragrl.rollout.config import TRAINING_ONLY, RolloutConfig
 from ragrl.rollout.multi_turn import chat_ids
 from ragrl.rollout.protocol import default_text_protocol, get_protocol
-from ragrl.rollout.runners import answering, run_agent
+from ragrl.rollout.runners import answering, episodes_by_question, run_agent
 from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
@@ -116,16 +116,12 @@ def run_system(system: str, engine: Engine, retriever: Retriever | None, samples
         # One answer a question: a training config's selector or generator branching (MMOA) is not evaluated.
         rcfg = replace(cfg.rollout, n=1, seed=cfg.seed, **TRAINING_ONLY)
         trajs, _ = run_agent(engine, protocol, retriever, samples, rcfg, settings=cfg.runner_settings)
-        answers = answering(trajs, protocol)
         if protocol.answering_agent is not None:
-            # A pipeline's searches are its other agents' (MMOA-RAG's rewriter): counted per question,
-            # as `ragrl compare` counts every agent's, so its searches per question are not read as 0.
-            searches = Counter()
-            for t in trajs:
-                searches[t.sample_id] += t.num_searches
-            for t in answers:
-                t.num_searches = searches[t.sample_id]
-        return answers
+            # A pipeline's searches are its other agents' (MMOA-RAG's rewriter): the answer carries its
+            # episode's, counted as `ragrl compare` counts them, so its searches per question are not 0.
+            for episode in episodes_by_question(trajs, protocol).values():
+                episode[0].num_searches = len(search_events(episode))
+        return answering(trajs, protocol)
     raise ConfigError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
 
 

@@ -34,3 +34,13 @@ def answering(trajs: list, protocol: TextProtocol) -> list:
     single-agent protocol's, the answering agent's of a pipeline (`protocol.answering_agent`)."""
     agent = protocol.answering_agent
     return [t for t in trajs if agent is None or t.agent == agent]
+
+
+def episodes_by_question(trajs: list, protocol: TextProtocol) -> dict[str, list]:
+    """Each question's trajectories by `sample_id` (every agent of a pipeline), the answering one
+    first: how an evaluation reads one greedy episode a question."""
+    by_q: dict[str, list] = {}
+    for t in trajs:
+        by_q.setdefault(t.sample_id, []).append(t)
+    agent = protocol.answering_agent
+    return {q: sorted(ts, key=lambda t: agent is not None and t.agent != agent) for q, ts in by_q.items()}
