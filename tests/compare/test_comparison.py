@@ -182,3 +182,23 @@ def test_a_killed_comparison_resumes_to_the_same_table_and_a_damaged_cache_entry
     assert "its record is not JSON" in said
     assert without_wall_time(again) == without_wall_time(whole)
     assert sorted(row["reused"] is None for row in again["rows"].values()) == [False, False, True, True]
+
+
+def test_bfloat16_weights_are_systems_of_their_own_and_a_bad_precision_is_refused(runs, tmp_path, tiny_model_dir,
+                                                                                   demo_bm25_dir):
+    args = dict(data=["demo-eval"], n=2, index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=2,
+                with_start=False)
+    f32 = tmp_path / "f32"
+    run_comparison([runs["search_r1_grpo"]], out=f32, **args)
+    b16 = run_comparison([runs["search_r1_grpo"]], out=tmp_path / "b16", cache_from=(f32,), dtype="bfloat16", **args)
+    assert not any(row["reused"] for row in b16["rows"].values())   # float32's answers are not bfloat16's
+    assert b16["meta"]["weights"] == "bfloat16"
+
+    def keys(folder):
+        return [json.loads(p.read_text())["key"] for p in (folder / "systems").glob("*.json")]
+    # every system has a bfloat16 entry of its own beside the float32 ones --cache-from seeded
+    assert sum(k.get("dtype") == "bfloat16" for k in keys(tmp_path / "b16")) == len(b16["rows"]) == 3
+    assert all("dtype" not in k for k in keys(f32))     # float32 keys are as before: earlier caches stay valid
+    with pytest.raises(ConfigError, match="--dtype must be one of float32, bfloat16; got 'float16'"):
+        run_comparison([runs["search_r1_grpo"]], out=tmp_path / "never", dtype="float16", **args)
+    assert not (tmp_path / "never").exists()            # refused before any work

@@ -61,3 +61,18 @@ def test_param_versions_see_every_optimizer_step_and_only_those(lora_model):
     versions.mark_synced()
     lora_model.load_state_dict(lora_model.state_dict())   # a checkpoint restored on resume
     assert versions.stale()
+
+
+def test_an_evaluated_adapter_is_merged_into_the_weights_with_the_same_logits(lora_model, tiny_model_dir, tmp_path):
+    from ragrl.models.agent_adapters import load_adapters
+    from ragrl.models.lm_weights import load_policy
+
+    lora_model.save_pretrained(tmp_path / "adapter")
+    ids = torch.tensor([[1, 5, 9, 2, 7, 3]])
+    with torch.no_grad():
+        unmerged = load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "adapter")
+        merged = load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "adapter", merge=True)
+        base = load_policy(str(tiny_model_dir))[0]
+        assert hasattr(unmerged, "peft_config") and not hasattr(merged, "peft_config")   # a plain model
+        torch.testing.assert_close(merged(ids).logits, unmerged(ids).logits, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(merged(ids).logits, base(ids).logits)   # the adapter is in it

@@ -30,6 +30,9 @@ def register(app: typer.Typer) -> None:
         variant: Optional[str] = typer.Option("tiny", "--variant", help="with --train: the recipes' variant"),
         set_: list[str] = typer.Option([], "--set", help="with --train: an override for every recipe, key=value (repeatable)"),
         device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N"),
+        dtype: str = typer.Option("float32", "--dtype", help="the LM weights' precision while generating: float32, "
+                                                             "or bfloat16 (faster where the hardware computes it "
+                                                             "natively; greedy answers can differ from float32's)"),
         out: Path = typer.Option(Path("runs/compare"), "--out"),
         cache_from: list[Path] = typer.Option([], "--cache-from", help="an earlier comparison's folder: each system it "
                                                                      "evaluated with the same key (questions, corpus, "
@@ -68,6 +71,6 @@ def register(app: typer.Typer) -> None:
             run_comparison(run_dirs, data=data, out=out, n=n, index=index, corpus=corpus, reader=reader, topk=topk,
                            batch_size=batch_size, seed=seed, allow_mismatch=allow_mismatch, with_start=not no_start,
                            skip_start=frozenset(skip_start),
-                           device=torch_device, progress=progress, cache_from=tuple(cache_from))
+                           device=torch_device, progress=progress, cache_from=tuple(cache_from), dtype=dtype)
         typer.echo((out / "compare.md").read_text().split("\n## Against")[0])
         typer.echo(f"table: {out / 'compare.md'}; plot: {out / 'f1_vs_searches.png'}; every answer: ragrl view {out}")

@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
 
             # answer_by=start: a warm-started run's answers come from the start saved beside its adapter
             with_start = rollout.answer_by == "start" and bool(trained and trained.model.init_adapter)
-            lm = load_adapters(lm, adapter, with_start=with_start)
+            lm = load_adapters(lm, adapter, with_start=with_start, merge=True)
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
                                             compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:

@@ -27,7 +27,7 @@ from ragrl.compare.runs import (
     read_run,
     training_time,
 )
-from ragrl.compare.systems import Context, System, evaluate_systems, systems_for
+from ragrl.compare.systems import EVAL_DTYPES, Context, System, evaluate_systems, systems_for
 from ragrl.compare.table import build_table, markdown
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
@@ -93,9 +93,13 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
                    index: str | None = None, corpus: str | None = None, reader: str = "smollm2-135m-instruct",
                    topk: int = 3, batch_size: int = 32, seed: int = 0, allow_mismatch: bool = False,
                    with_start: bool = True, skip_start: frozenset[str] = frozenset(), device="cpu",
-                   progress=None, cache_from: tuple[Path, ...] = ()) -> dict:
+                   progress=None, cache_from: tuple[Path, ...] = (), dtype: str = "float32") -> dict:
     """Evaluate every run (and its start) and the baselines; write the table and files into `out`.
-    `cache_from`: earlier comparisons' folders whose evaluated systems are reused where their keys match."""
+    `cache_from`: earlier comparisons' folders whose evaluated systems are reused where their keys match.
+    `dtype`: the LM weights' precision while generating (float32, or bfloat16: faster where the
+    hardware computes it natively, and greedy answers that can differ from float32's)."""
+    if dtype not in EVAL_DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(EVAL_DTYPES)}; got {dtype!r}")
     sources = [Path(d) / "systems" for d in cache_from]
     if missing := [str(d) for d in sources if not d.is_dir()]:
         raise ConfigError(f"--cache-from: {', '.join(missing)} is not there: name a comparison's output folder")
@@ -115,7 +119,8 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
         check_held_out(run, samples)
     passages = load_corpus(setting.corpus)
     ctx = Context(samples=samples, corpus=passages, retriever=retriever_for(index, corpus), setting=setting,
-                  reader=reader, topk=topk, batch_size=batch_size, seed=seed, device=device, progress=progress)
+                  reader=reader, topk=topk, batch_size=batch_size, seed=seed, device=device, progress=progress,
+                  dtype=dtype)
     systems = systems_for(runs, with_start=with_start, skip_start=frozenset(skip_start))
     out.mkdir(parents=True, exist_ok=True)
     seed_cache(out / "systems", sources)
@@ -126,7 +131,7 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
     meta = {"questions": f"{len(samples)}: " + ", ".join(f"{d} (first {n})" if n else str(d) for d in data),
             "corpus": f"{setting.corpus} ({len(passages)} passages, sha256 {setting.corpus_sha256[:12]})",
             "index": setting.index, "reader": reader, "naive_rag top k": topk, "decoding": "greedy",
-            "seed": seed, "date": _dt.datetime.now().isoformat(timespec="seconds")}
+            "weights": dtype, "seed": seed, "date": _dt.datetime.now().isoformat(timespec="seconds")}
     write_outputs(out, table, meta, results, systems, samples)
     return {**table, "meta": meta}
 

@@ -36,6 +36,7 @@ from ragrl.eval.search_payoff import search_events, search_payoff
 from ragrl.methods.base import runner_settings, settings_of
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
+from ragrl.policy.lm_model import torch_dtype
 from ragrl.retrieval.corpus import Corpus, file_sha256
 from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
@@ -47,6 +48,7 @@ from ragrl.rollout.trajectory import Trajectory
 log = logging.getLogger(__name__)
 
 BASELINES = ("direct", "naive_rag")
+EVAL_DTYPES = ("float32", "bfloat16")   # a comparison's weight precisions (`--dtype`)
 
 
 @dataclass
@@ -74,6 +76,9 @@ class Context:
     batch_size: int = 32
     seed: int = 0
     device: object = "cpu"
+    # the weights' precision while generating (every system's LM: the reader and each run's policy);
+    # float32, or bfloat16 where the hardware computes it natively (faster, other figures)
+    dtype: str = "float32"
     progress: Callable[[str, int, int], None] | None = None
     # question id -> (depth searched, rank of its first answer-bearing passage or None): the
     # question's own search, run once for every system's search gain
@@ -83,7 +88,7 @@ class Context:
     def reader_engine(self):
         """The reader (base weights, no adapter), loaded once for every system that uses it."""
         if self._reader is None:
-            lm, tok = load_policy(self.reader, device=self.device)
+            lm, tok = load_policy(self.reader, dtype=torch_dtype(self.dtype), device=self.device)
             self._reader = (make_engine("auto", lm, tok, max_batch_size=self.batch_size), lm)
         return self._reader[0]
 
@@ -112,6 +117,8 @@ def system_key(system: System, ctx: Context) -> dict:
         key.update(reader=ctx.reader, topk=ctx.topk)
     if system.kind != "retriever":
         key.update(corpus=ctx.setting.corpus_sha256, index=ctx.setting.index_kind)
+    if ctx.dtype != "float32":   # keyed only where set, so every float32 entry stays valid
+        key.update(dtype=ctx.dtype)
     if system.run is not None:
         cfg = system.run.cfg
         own = (settings_of(cfg, system.run.method) if system.kind == "retriever"
@@ -173,10 +180,12 @@ def _baseline(system: System, ctx: Context) -> list[list[Trajectory]]:
 def _lm_engine(model_name: str, artifact: Path | None, ctx: Context, compile_mode: str = "auto",
                with_start: bool = False):
     """An engine over `model_name` with `artifact`'s adapters; `with_start`: and the frozen start beside
-    them, switched to by `rollout.answer_by: start` (the hf engine: a compiled step would not see it)."""
+    them, switched to by `rollout.answer_by: start` (the hf engine: a compiled step would not see it).
+    One shared adapter is merged into the weights in float32, before any cast to `ctx.dtype`."""
     lm, tok = load_policy(model_name, device=ctx.device)
     if artifact is not None:
-        lm = load_adapters(lm, artifact, with_start=with_start)
+        lm = load_adapters(lm, artifact, with_start=with_start, merge=True)
+    lm = lm.to(torch_dtype(ctx.dtype))
     return make_engine("hf" if with_start else "auto", lm, tok, max_batch_size=ctx.batch_size,
                        compile_mode=compile_mode)
 

@@ -70,12 +70,14 @@ def activate_agent(model: nn.Module | None, agent: str | None) -> None:
         _activate(m, mapping[agent])
 
 
-def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool = False) -> nn.Module:
+def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool = False, merge: bool = False) -> nn.Module:
     """A peft model over `base` holding what `adapter_dir` holds: one shared adapter, or one per
     agent (then it switches by agent, as in training). Nothing trains. `with_start`
     (`rollout.answer_by: start`): the frozen start a warm-started run saved beside its adapter
     (`reference/`) is loaded too, as the adapter `reference_context` switches to; it is refused
-    when missing, since the base model would then answer in the start's place."""
+    when missing, since the base model would then answer in the start's place. `merge`: one shared
+    adapter is folded into the base weights (a plain model, for evaluation: the LoRA products are
+    not computed at every layer and step; per-agent adapters and a start stay switchable)."""
     from peft import PeftModel  # late: peft takes ~3 s to import
 
     d = Path(adapter_dir)
@@ -89,7 +91,8 @@ def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool 
         model.set_adapter("default")
         return model
     if not agents:
-        return PeftModel.from_pretrained(base, str(d))
+        model = PeftModel.from_pretrained(base, str(d))
+        return model.merge_and_unload() if merge else model
     model = PeftModel.from_pretrained(base, str(d / agents[0]), adapter_name=agents[0])
     for agent in agents[1:]:
         model.load_adapter(str(d / agent), adapter_name=agent)
