@@ -18,6 +18,7 @@ def test_eval_writes_a_complete_report(tiny_model_dir, demo_bm25_dir, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert set(report["systems"]) == {"direct", "naive_rag", "search_r1"}
     assert report["meta"]["n"] == 4 and report["meta"]["model"] == str(tiny_model_dir)
+    assert report["meta"]["weights"] == "float32"
     assert report["baseline"] == "naive_rag" and set(report["paired"]) == {"direct", "search_r1"}
     for system, summary in report["systems"].items():
         jsonl = out / f"trajectories_{system}.jsonl"
@@ -46,7 +47,8 @@ def run_main(monkeypatch, capsys, args) -> tuple[int, str]:
     (["--data", "/nonexistent/questions.jsonl"], "/nonexistent/questions.jsonl"),
     (["--device", "tpu"], "--device"),
     (["--engine", "vlm"], "--engine"),
-], ids=["bad --systems", "missing --data", "bad --device", "bad --engine"])
+    (["--dtype", "float16"], "--dtype"),
+], ids=["bad --systems", "missing --data", "bad --device", "bad --engine", "bad --dtype"])
 def test_bad_input_is_one_error_line_without_traceback(monkeypatch, capsys, tmp_path, tiny_model_dir, args, names):
     code, output = run_main(monkeypatch, capsys, ["eval", "--model", str(tiny_model_dir), "--n", "2",
                                                   "--out", str(tmp_path / "never"), *args])

@@ -70,6 +70,9 @@ def register(app: typer.Typer) -> None:
                                                          help="SmartRAG's inference mode: search when P(search action) exceeds this, else answer (protocols whose steps start with the action, e.g. smartrag)"),
         engine_kind: Optional[str] = typer.Option(None, "--engine", help="auto, hf, static or vllm (a CUDA GPU, pip install 'ragrl\\[vllm]') \\[default: the run's model.engine, else auto]"),
         device: str = typer.Option("auto", "--device", help="auto (a CUDA GPU if there is one), cpu, cuda or cuda:N"),
+        dtype: str = typer.Option("float32", "--dtype", help="the LM weights' precision while generating: float32, "
+                                                             "or bfloat16 (faster where the hardware computes it "
+                                                             "natively; greedy answers can differ from float32's)"),
         out: Path = typer.Option(Path("runs/eval"), "--out"),
     ) -> None:
         """Evaluate with greedy decoding; writes report.md/json, trajectories_*.jsonl and a bar chart."""
@@ -123,11 +126,15 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--query-encoder")
         from ragrl.engines.registry import make_engine, require_engine  # late: keeps `ragrl --help` instant
         from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
-        from ragrl.policy.lm_model import resolve_device  # late: keeps `ragrl --help` instant
+        from ragrl.policy.lm_model import resolve_device, torch_dtype  # late: keeps `ragrl --help` instant
 
         engine_kind = engine_kind or (trained.model.engine if trained else "auto")
         if rollout.answer_by == "start" and engine_kind == "auto":
             engine_kind = "hf"   # it switches adapters between calls, which a compiled step would not see
+        from ragrl.compare.systems import EVAL_DTYPES  # late: keeps `ragrl --help` instant
+
+        if dtype not in EVAL_DTYPES:   # before any work
+            raise typer.BadParameter(f"{dtype!r} is not one of {', '.join(EVAL_DTYPES)}", param_hint="--dtype")
         try:   # before any work
             torch_device = resolve_device(device, setting="--device")
         except ConfigError as error:
@@ -180,6 +187,7 @@ def register(app: typer.Typer) -> None:
             # answer_by=start: a warm-started run's answers come from the start saved beside its adapter
             with_start = rollout.answer_by == "start" and bool(trained and trained.model.init_adapter)
             lm = load_adapters(lm, adapter, with_start=with_start, merge=True)
+        lm = lm.to(torch_dtype(dtype))   # after the merge, which is done in float32
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
                                             compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:
@@ -215,7 +223,7 @@ def register(app: typer.Typer) -> None:
         baseline = "naive_rag" if "naive_rag" in results and len(results) > 1 else None
         write_report(out, results, {"model": model, "adapter": str(adapter) if adapter else None, "agent": agent,
                                     "index": index or "bm25(demo corpus)", "data_file": data, "n": len(samples),
-                                    "seed": seed, "decoding": "greedy", "search_threshold": search_threshold,
+                                    "seed": seed, "decoding": "greedy", "weights": dtype, "search_threshold": search_threshold,
                                     "run": str(run) if run else None, "query_encoder": str(query_encoder) if query_encoder else None,
                                     "rollout": rollout.__dict__},
                      baseline=baseline)
