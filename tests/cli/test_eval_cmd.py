@@ -57,3 +57,31 @@ def test_bad_input_is_one_error_line_without_traceback(monkeypatch, capsys, tmp_
     errors = [line for line in output.splitlines() if line.lower().startswith("error")]
     assert len(errors) == 1 and names in errors[0]
     assert not (tmp_path / "never").exists()  # failed before any work
+
+
+def test_eval_run_whose_answers_its_start_writes_loads_that_start_or_says_it_is_missing(
+        monkeypatch, capsys, tmp_path, tiny_model_dir, demo_bm25_dir, small_dense_dir):
+    """`rollout.answer_by: start`: `eval --run` loads the frozen start the run saved beside its adapter
+    (`reference/`), as `compare` does; a run folder without it is refused in one line, since the base
+    model would otherwise answer in the start's place."""
+    import shutil
+
+    from ragrl.train.recipe import load_train_config, run_recipe
+    from tests.train.test_recipe import one_step_overrides
+
+    base = load_train_config("search_r1_grpo", [], "tiny")
+    sets = one_step_overrides(base, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
+    run = run_recipe(load_train_config("search_r1_grpo", sets + ["rollout.answer_by=start"], "tiny"))
+    result = CliRunner().invoke(app, ["eval", "--run", str(run), "--systems", "agent", "--n", "2",
+                                      "--out", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["meta"]["rollout"]["answer_by"] == "start" and report["meta"]["run"] == str(run)
+    assert len(load_trajectories(tmp_path / "eval" / "trajectories_search_r1.jsonl")) == 2
+
+    shutil.rmtree(run / "final_adapter" / "reference")
+    code, output = run_main(monkeypatch, capsys, ["eval", "--run", str(run), "--systems", "agent", "--n", "2",
+                                                  "--out", str(tmp_path / "never")])
+    assert code != 0 and "Traceback" not in output
+    errors = [line for line in output.splitlines() if line.lower().startswith("error")]
+    assert len(errors) == 1 and "reference" in errors[0] and "answer_by=start" in errors[0]

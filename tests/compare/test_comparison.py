@@ -202,3 +202,18 @@ def test_bfloat16_weights_are_systems_of_their_own_and_a_bad_precision_is_refuse
     with pytest.raises(ConfigError, match="--dtype must be one of float32, bfloat16; got 'float16'"):
         run_comparison([runs["search_r1_grpo"]], out=tmp_path / "never", dtype="float16", **args)
     assert not (tmp_path / "never").exists()            # refused before any work
+
+
+def test_a_run_whose_start_writes_its_answers_is_refused_without_that_start(runs, tmp_path, tiny_model_dir,
+                                                                            demo_bm25_dir):
+    """`rollout.answer_by: start` with the frozen start missing from the adapter folder (a run copied in
+    part): refused before any work, naming the folder, since the base model would answer instead."""
+    import shutil
+
+    copy = tmp_path / "search_r1_grpo"
+    shutil.copytree(runs["search_r1_grpo"], copy)
+    shutil.rmtree(copy / "final_adapter" / "reference")
+    with pytest.raises(ConfigError, match=r"final_adapter holds no frozen start \(reference/"):
+        run_comparison([copy], data=["demo-eval"], n=2, out=tmp_path / "never", index=str(demo_bm25_dir),
+                       reader=str(tiny_model_dir))
+    assert not (tmp_path / "never").exists()

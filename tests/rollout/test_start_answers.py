@@ -12,7 +12,7 @@ import torch
 
 from ragrl.engines.base import SamplingParams
 from ragrl.engines.hf import HFEngine
-from ragrl.errors import ConfigError
+from ragrl.errors import ConfigError, ModelError
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.models.agent_adapters import REFERENCE_ADAPTER, load_adapters
 from ragrl.models.lm_weights import load_policy
@@ -128,7 +128,7 @@ def test_an_exported_adapter_without_its_frozen_start_is_refused(two_adapters, t
     assert set(loaded.peft_config) == {"default", REFERENCE_ADAPTER} and loaded.active_adapter == "default"
     model.delete_adapter(REFERENCE_ADAPTER)
     model.save_pretrained(tmp_path / "without")
-    with pytest.raises(ValueError, match="holds no frozen start"):
+    with pytest.raises(ModelError, match="holds no frozen start"):
         load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "without", with_start=True)
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from torch import nn
 
+from ragrl.errors import ModelError
+
 AGENT_ADAPTERS = "ragrl_agent_adapters"     # model attribute: {agent: adapter name}
 TRAINABLE = "ragrl_trainable_adapters"      # model attribute: adapter names that train
 REFERENCE_ADAPTER = "reference"             # the frozen copy of the adapter a run started from
@@ -75,7 +77,7 @@ def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool 
     agent (then it switches by agent, as in training). Nothing trains. `with_start`
     (`rollout.answer_by: start`): the frozen start a warm-started run saved beside its adapter
     (`reference/`) is loaded too, as the adapter `reference_context` switches to; it is refused
-    when missing, since the base model would then answer in the start's place. `merge`: one shared
+    when missing (a ModelError), since the base model would then answer in the start's place. `merge`: one shared
     adapter is folded into the base weights (a plain model, for evaluation: the LoRA products are
     not computed at every layer and step; per-agent adapters and a start stay switchable)."""
     from peft import PeftModel  # late: peft takes ~3 s to import
@@ -84,7 +86,7 @@ def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool 
     agents = _agent_dirs(d)
     if with_start:
         if agents or not (d / REFERENCE_ADAPTER / "adapter_config.json").is_file():
-            raise ValueError(f"{d} holds no frozen start ({REFERENCE_ADAPTER}/ beside one shared adapter) to "
+            raise ModelError(f"{d} holds no frozen start ({REFERENCE_ADAPTER}/ beside one shared adapter) to "
                              "write the answers (rollout.answer_by=start)")
         model = PeftModel.from_pretrained(base, str(d))
         model.load_adapter(str(d / REFERENCE_ADAPTER), adapter_name=REFERENCE_ADAPTER)
