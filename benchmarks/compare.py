@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ragrl.compare.comparison import run_comparison
-from ragrl.eval.report import file_stem
+from ragrl.eval.report import file_stem, load_trajectories
 from ragrl.train.run_dir import describe_machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -91,8 +91,8 @@ def agreement(here: Path, there: Path, rows: dict) -> dict:
         a, b = here / f"trajectories_{stem}.jsonl", there / f"trajectories_{stem}.jsonl"
         if name not in theirs or not b.is_file():
             continue
-        mine = {t["sample_id"]: t["token_ids"] for t in map(json.loads, a.read_text().splitlines())}
-        other = {t["sample_id"]: t["token_ids"] for t in map(json.loads, b.read_text().splitlines())}
+        mine = {t.sample_id: t.token_ids for t in load_trajectories(a)}
+        other = {t.sample_id: t.token_ids for t in load_trajectories(b)}
         same = [mine[q] == other[q] for q in mine if q in other]
         out[name] = {"questions": len(same), "identical_tokens": round(sum(same) / len(same), 3),
                      "f1_diff": round(rows[name]["f1"]["mean"] - theirs[name]["f1"]["mean"], 2),

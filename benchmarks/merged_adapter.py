@@ -23,6 +23,7 @@ import torch
 from ragrl.compare.runs import read_run
 from ragrl.datasets import load_questions
 from ragrl.engines.registry import make_engine
+from ragrl.eval.batches import in_batches
 from ragrl.methods.base import runner_settings
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
@@ -44,11 +45,9 @@ def evaluate(run, adapter: Path, samples: list[dict], retriever, merge: bool, ba
     rollout = replace(cfg.rollout, temperature=0.0, n=1, seed=0, answer_by="policy", **TRAINING_ONLY)
     settings = runner_settings(cfg, protocol.runner, evaluation=True)
     t0 = time.perf_counter()
-    trajs = []
     with torch.inference_mode():
-        for start in range(0, len(samples), batch_size):
-            trajs += run_agent(engine, protocol, retriever, samples[start:start + batch_size], rollout,
-                               settings=settings)[0]
+        trajs = in_batches(samples, batch_size,
+                           lambda batch: run_agent(engine, protocol, retriever, batch, rollout, settings=settings)[0])
     return time.perf_counter() - t0, [t.token_ids for t in trajs]
 
 

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         from ragrl.train.config import TrainConfig  # late: keeps `ragrl --help` instant
         from ragrl.train.setup import default_retriever  # late: keeps `ragrl --help` instant
 
-        from ragrl.compare.runs import read_run  # late: keeps `ragrl --help` instant
+        from ragrl.compare.runs import answers_by_start, read_run  # late: keeps `ragrl --help` instant
         from ragrl.methods.base import runner_settings, settings_of  # late: keeps `ragrl --help` instant
         from ragrl.rollout.protocol import default_text_protocol, get_protocol  # late: keeps `ragrl --help` instant
 
@@ -126,15 +126,15 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--query-encoder")
         from ragrl.engines.registry import make_engine, require_engine  # late: keeps `ragrl --help` instant
         from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
-        from ragrl.policy.lm_model import resolve_device, torch_dtype  # late: keeps `ragrl --help` instant
+        from ragrl.policy.lm_model import eval_dtype, resolve_device  # late: keeps `ragrl --help` instant
 
         engine_kind = engine_kind or (trained.model.engine if trained else "auto")
         if rollout.answer_by == "start" and engine_kind == "auto":
             engine_kind = "hf"   # it switches adapters between calls, which a compiled step would not see
-        from ragrl.compare.systems import EVAL_DTYPES  # late: keeps `ragrl --help` instant
-
-        if dtype not in EVAL_DTYPES:   # before any work
-            raise typer.BadParameter(f"{dtype!r} is not one of {', '.join(EVAL_DTYPES)}", param_hint="--dtype")
+        try:   # before any work
+            weights = eval_dtype(dtype)
+        except ConfigError as error:
+            raise typer.BadParameter(str(error), param_hint="--dtype")
         try:   # before any work
             torch_device = resolve_device(device, setting="--device")
         except ConfigError as error:
@@ -185,9 +185,9 @@ def register(app: typer.Typer) -> None:
             from ragrl.models.agent_adapters import load_adapters  # late: keeps `ragrl --help` instant
 
             # answer_by=start: a warm-started run's answers come from the start saved beside its adapter
-            with_start = rollout.answer_by == "start" and bool(trained and trained.model.init_adapter)
+            with_start = trained is not None and answers_by_start(trained)
             lm = load_adapters(lm, adapter, with_start=with_start, merge=True)
-        lm = lm.to(torch_dtype(dtype))   # after the merge, which is done in float32
+        lm = lm.to(weights)   # after the merge, which is done in float32
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
                                             compile_mode=trained.model.compile if trained else "auto")
         if search_threshold is not None:

@@ -27,12 +27,13 @@ from ragrl.compare.runs import (
     read_run,
     training_time,
 )
-from ragrl.compare.systems import EVAL_DTYPES, Context, System, evaluate_systems, systems_for
+from ragrl.compare.systems import Context, System, evaluate_systems, systems_for
 from ragrl.compare.table import build_table, markdown
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.eval.plots import f1_vs_searches
 from ragrl.eval.report import file_stem, write_trajectories
+from ragrl.policy.lm_model import eval_dtype
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import retriever_for
 
@@ -98,8 +99,7 @@ def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int |
     `cache_from`: earlier comparisons' folders whose evaluated systems are reused where their keys match.
     `dtype`: the LM weights' precision while generating (float32, or bfloat16: faster where the
     hardware computes it natively, and greedy answers that can differ from float32's)."""
-    if dtype not in EVAL_DTYPES:
-        raise ConfigError(f"--dtype must be one of {', '.join(EVAL_DTYPES)}; got {dtype!r}")
+    eval_dtype(dtype)   # before any work
     sources = [Path(d) / "systems" for d in cache_from]
     if missing := [str(d) for d in sources if not d.is_dir()]:
         raise ConfigError(f"--cache-from: {', '.join(missing)} is not there: name a comparison's output folder")

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
 from ragrl.methods.base import Method, method_for, settings_of
-from ragrl.models.agent_adapters import REFERENCE_ADAPTER
+from ragrl.models.agent_adapters import REFERENCE_ADAPTER, has_saved_start
 from ragrl.paths import DEMO_CORPUS, resolve_kit
 from ragrl.retrieval.corpus import file_sha256
 from ragrl.retrieval.index import corpus_location, read_manifest
@@ -133,6 +133,13 @@ def _start_adapter(run: Path, cfg: TrainConfig, seen: tuple[Path, ...] = ()) -> 
     return path
 
 
+def answers_by_start(cfg: TrainConfig) -> bool:
+    """Whether a run's answers are written by the frozen start saved beside its adapter
+    (`rollout.answer_by: start` on a warm-started run; from the base model, the base answers with the
+    adapters off, which needs nothing saved)."""
+    return cfg.rollout.answer_by == "start" and bool(cfg.model.init_adapter)
+
+
 def read_run(path: Path, with_start: bool = True) -> RunRecord:
     """A run folder as every evaluation resolves it (`ragrl compare`, `ragrl eval --run`): its config,
     its method record and how that evaluates it, its trained artifact and, `with_start`, the adapter
@@ -147,10 +154,9 @@ def read_run(path: Path, with_start: bool = True) -> RunRecord:
         raise ConfigError(f"{path} has no best_{kind} or final_{kind}: the run has not finished "
                           f"(`ragrl train ... --resume` ends it)")
     check_artifact(trained, kind)
-    # answer_by=start: the frozen start saved beside the adapter writes the answers; without it the base
-    # model would, so the run is refused here, before any model is loaded
-    if kind == "adapter" and cfg.rollout.answer_by == "start" and cfg.model.init_adapter \
-            and not (trained / REFERENCE_ADAPTER / "adapter_config.json").is_file():
+    # without the start that writes its answers the base model would, so the run is refused here,
+    # before any model is loaded
+    if kind == "adapter" and answers_by_start(cfg) and not has_saved_start(trained):
         raise ConfigError(f"{trained} holds no frozen start ({REFERENCE_ADAPTER}/ beside its adapter) to write "
                           "the answers (rollout.answer_by=start): copy the run folder whole")
     start = None if evaluation == "retriever" or not with_start else _start_adapter(path, cfg)

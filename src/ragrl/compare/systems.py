@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ragrl.compare.runs import RunRecord, SearchSetting
+from ragrl.compare.runs import RunRecord, SearchSetting, answers_by_start
 from ragrl.engines.registry import make_engine
 from ragrl.errors import RagrlError
 from ragrl.eval.batches import in_batches
@@ -36,7 +36,7 @@ from ragrl.eval.search_payoff import search_events, search_payoff
 from ragrl.methods.base import runner_settings, settings_of
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
-from ragrl.policy.lm_model import torch_dtype
+from ragrl.policy.lm_model import eval_dtype
 from ragrl.retrieval.corpus import Corpus, file_sha256
 from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
@@ -48,7 +48,6 @@ from ragrl.rollout.trajectory import Trajectory
 log = logging.getLogger(__name__)
 
 BASELINES = ("direct", "naive_rag")
-EVAL_DTYPES = ("float32", "bfloat16")   # a comparison's weight precisions (`--dtype`)
 
 
 @dataclass
@@ -88,7 +87,7 @@ class Context:
     def reader_engine(self):
         """The reader (base weights, no adapter), loaded once for every system that uses it."""
         if self._reader is None:
-            lm, tok = load_policy(self.reader, dtype=torch_dtype(self.dtype), device=self.device)
+            lm, tok = load_policy(self.reader, dtype=eval_dtype(self.dtype), device=self.device)
             self._reader = (make_engine("auto", lm, tok, max_batch_size=self.batch_size), lm)
         return self._reader[0]
 
@@ -185,7 +184,7 @@ def _lm_engine(model_name: str, artifact: Path | None, ctx: Context, compile_mod
     lm, tok = load_policy(model_name, device=ctx.device)
     if artifact is not None:
         lm = load_adapters(lm, artifact, with_start=with_start, merge=True)
-    lm = lm.to(torch_dtype(ctx.dtype))
+    lm = lm.to(eval_dtype(ctx.dtype))
     return make_engine("hf" if with_start else "auto", lm, tok, max_batch_size=ctx.batch_size,
                        compile_mode=compile_mode)
 
@@ -204,7 +203,7 @@ def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
         return _agent_episodes(system, ctx, engine, system.run.method.eval_retriever(cfg, system.artifact))
     # answer_by=start: a warm-started run's start is the adapter it saved beside its own (a run from the
     # base model answers with the base, adapters off); a start system answers with itself anyway
-    with_start = evaluated_rollout(cfg, ctx, system.role).answer_by == "start" and bool(cfg.model.init_adapter)
+    with_start = system.role != "start" and answers_by_start(cfg)   # a start answers itself (evaluated_rollout)
     engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile, with_start=with_start)
     return _agent_episodes(system, ctx, engine, ctx.retriever)
 

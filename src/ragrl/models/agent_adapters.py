@@ -72,6 +72,11 @@ def activate_agent(model: nn.Module | None, agent: str | None) -> None:
         _activate(m, mapping[agent])
 
 
+def has_saved_start(adapter_dir: str | Path) -> bool:
+    """Whether a warm-started run saved its frozen start (`reference/`) beside the adapter in `adapter_dir`."""
+    return (Path(adapter_dir) / REFERENCE_ADAPTER / "adapter_config.json").is_file()
+
+
 def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool = False, merge: bool = False) -> nn.Module:
     """A peft model over `base` holding what `adapter_dir` holds: one shared adapter, or one per
     agent (then it switches by agent, as in training). Nothing trains. `with_start`
@@ -85,7 +90,7 @@ def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool 
     d = Path(adapter_dir)
     agents = _agent_dirs(d)
     if with_start:
-        if agents or not (d / REFERENCE_ADAPTER / "adapter_config.json").is_file():
+        if agents or not has_saved_start(d):
             raise ModelError(f"{d} holds no frozen start ({REFERENCE_ADAPTER}/ beside one shared adapter) to "
                              "write the answers (rollout.answer_by=start)")
         model = PeftModel.from_pretrained(base, str(d))

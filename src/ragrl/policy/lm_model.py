@@ -117,6 +117,17 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+EVAL_DTYPES = ("float32", "bfloat16")   # the weights' precisions `ragrl eval` and `ragrl compare` generate in
+
+
+def eval_dtype(name: str, setting: str = "--dtype") -> torch.dtype:
+    """The torch dtype an evaluation generates in (`--dtype`), refused with a ConfigError naming
+    `setting` unless it is one of EVAL_DTYPES: float16 is not offered, as no run trains in it here."""
+    if name not in EVAL_DTYPES:
+        raise ConfigError(f"{setting} must be one of {', '.join(EVAL_DTYPES)}; got {name!r}")
+    return DTYPES[name]
+
+
 def _cpu_has_native_bf16() -> bool:
     try:
         with open("/proc/cpuinfo") as f:   # closed here: an unclosed file is a ResourceWarning
