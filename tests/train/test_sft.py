@@ -136,3 +136,58 @@ def test_run_sft_lowers_the_masked_nll_on_the_tiny_model(tiny_model_dir, demo_bm
     assert res.losses[-1] < res.losses[0] - 1.0  # same 4 episodes every step: the NLL must fall clearly
     after = [p for p in model.parameters() if p.requires_grad]
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
+
+
+def _norm(text):
+    from ragrl.rewards.qa import normalize_answer
+    return f" {normalize_answer(text)} "
+
+
+def test_missed_gold_searches_again_only_for_a_missed_title_it_has_read(smollm2_policy, demo_bm25_dir, passages):
+    """next_query='missed_gold': every further query is the title of a gold passage no earlier search
+    showed, and that title occurs in the question or an earlier observation; with none, it answers.
+    The first search is every_gold's, so only the further searches differ."""
+    _, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    cfg = RolloutConfig(max_turns=4, topk=3, passage_words=30, max_obs_tokens=160)
+    retriever = make_retriever(str(demo_bm25_dir))
+    samples = [s for s in load_questions("demo-train") if len(s.get("gold_passage_ids", [])) >= 2][:40]
+    searches = []
+    for s in samples:
+        t = synth_trajectory(tok, protocol, s, retriever, passages, cfg, random.Random(0), next_query="missed_gold")
+        old = synth_trajectory(tok, protocol, s, retriever, passages, cfg, random.Random(0))
+        assert t.turns[0].action_text == old.turns[0].action_text
+        assert t.turns[0].passage_ids == old.turns[0].passage_ids
+        assert t.turns[-1].kind == "answer" and t.answer == s["answers"][0]
+        golds = {passages[i].title: i for i in s["gold_passage_ids"]}
+        for i, turn in enumerate(t.turns[1:-1], start=1):
+            (query,) = turn.queries
+            shown = {pid for earlier in t.turns[:i] for ids in earlier.passage_ids for pid in ids}
+            read = _norm(" ".join([s["question"]] + [earlier.observation for earlier in t.turns[:i]]))
+            assert query in golds and golds[query] not in shown and _norm(query) in read
+            assert golds[query] in turn.passage_ids[0]   # its gold is put into its results
+        # It stopped because no gold is left that it missed and can read.
+        shown = {pid for turn in t.turns for ids in turn.passage_ids for pid in ids}
+        read = _norm(" ".join([s["question"]] + [turn.observation for turn in t.turns]))
+        if t.num_searches < cfg.max_turns - 1:
+            assert all(g in shown or _norm(passages[g].title) not in read for g in s["gold_passage_ids"])
+        searches.append(t.num_searches)
+    # Both kinds occur on the demo questions: the test is not vacuous either way.
+    assert 1 in searches and any(n > 1 for n in searches)
+
+
+def test_gold_search_missed_is_refused_for_an_agent_of_several_queries_and_bad_modes():
+    from ragrl.errors import ConfigError
+    from ragrl.train.check import check_combinations
+    from ragrl.train.recipe import load_train_config
+
+    cfg = load_train_config("rag_r1_ppo", ["sft.builder=gold_search_missed", "sft.steps=4"], variant="tiny")
+    with pytest.raises(ConfigError, match="gold_search_missed writes one query a search, and agent rag_r1"):
+        check_combinations(cfg)
+    cfg = load_train_config("search_r1_grpo", ["sft.builder=gold_search_missed"], variant="tiny")
+    check_combinations(cfg)   # one query a search: accepted
+    with pytest.raises(ConfigError, match="sft.builder"):
+        load_train_config("search_r1_grpo", ["sft.builder=gold_search_mised"], variant="tiny")
+    with pytest.raises(ConfigError, match="next_query must be one of"):
+        synth_trajectory(None, get_protocol("search_r1"), {"question": "q", "answers": ["a"]}, None, {},
+                         RolloutConfig(), random.Random(0), next_query="every")

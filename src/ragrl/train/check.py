@@ -113,6 +113,10 @@ def check_combinations(cfg: TrainConfig) -> None:
     elif a.critic[0] <= 0:
         raise ConfigError(f"algo.value_coef: {a.estimator} reads its critic's values, and value_coef 0 would leave "
                           "the critic at its random start; set value_coef > 0")
+    if (cfg.policy == "lm" and cfg.sft.steps > 0 and cfg.sft.builder == "gold_search_missed"
+            and get_protocol(cfg.agent).max_queries > 1):
+        raise ConfigError(f"sft.builder=gold_search_missed writes one query a search, and agent {cfg.agent} "
+                          f"writes several at once: use sft.builder=gold_search")
     if "group_ids" in needs and cfg.rollout.n < 2:
         # A group is one prompt's rollout.n samples: alone in its group, every sample's advantage is 0.
         raise ConfigError(f"algo.estimator={a.estimator} compares each sample with the other samples of its "
@@ -356,7 +360,8 @@ def check_warm_start_gold(cfg: TrainConfig, rows: list[dict]) -> str | None:
     are built from the training questions' gold_passage_ids, looked up in the corpus the run searches:
     a file without them fails only once the model has loaded, and ids the corpus lacks would build
     on no gold passage at all."""
-    sft = cfg.policy == "lm" and cfg.sft.steps > 0 and not cfg.model.init_adapter and cfg.sft.builder == "gold_search"
+    sft = (cfg.policy == "lm" and cfg.sft.steps > 0 and not cfg.model.init_adapter
+           and cfg.sft.builder in ("gold_search", "gold_search_missed"))
     if not sft and not cfg.experts_per_group:
         return None
     what, user, off = ((f"sft.steps={cfg.sft.steps}", "the SFT warm start", "sft.steps=0 to start RL from the base model")

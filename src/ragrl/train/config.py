@@ -172,7 +172,10 @@ class SFTConfig:
         "drawn at random), so RL starts from a policy that takes both actions. 0: always search."))
     builder: SFTBuilder = setting("gold_search", help=(
         "How episodes are built. gold_search: gold passages put into real search results, episodes "
-        "whose answer the observations show (+ direct_frac); smartrag: answer directly where the "
+        "whose answer the observations show (+ direct_frac), searching the question, then each further "
+        "gold title; gold_search_missed: the same, but a further search names only a gold title the "
+        "searches so far missed and the episode can read (question or observations), else it "
+        "answers (one query a search); smartrag: answer directly where the "
         "base model is already right closed-book, else search and answer from the documents; mmoa: "
         "MMOA-RAG's episodes for each of its agents."))
     max_questions: int | None = setting(None, help=(
