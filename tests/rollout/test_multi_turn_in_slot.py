@@ -15,7 +15,7 @@ from ragrl.models.lm_weights import load_policy
 from ragrl.policy.logprobs import action_logprobs
 from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.multi_turn import run_episodes
-from ragrl.rollout.protocol import get_protocol
+from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, get_protocol
 from tests.rollout.scripted import CountingRetriever, check_token_invariants, spans
 from tests.rollout.test_multi_turn import NudgedSearchR1
 
@@ -150,6 +150,41 @@ def test_a_forced_last_answer_opens_the_last_turn_alike_in_slot_and_turn_by_turn
         assert value == 1 and opening + tok.decode(own) == t.turns[-1].action_text
     free, _ = run_episodes(HFEngine(model, tok), protocol, index, samples, GREEDY)
     assert not any(t.turns[-1].action_text.startswith(opening) for t in free if t.num_turns == 3)
+
+
+def test_a_forced_second_search_opens_the_second_turn_alike_in_slot_and_turn_by_turn(smollm2_policy, index,
+                                                                                     samples):
+    """`rollout.second_action: search`: an episode whose first turn searched finds a later search's
+    opening written in front of its second turn (masked: the runner wrote it), so that turn is a search
+    whose query the policy writes; with the last turn a forced answer, every episode searches twice."""
+    model, tok = smollm2_policy
+    protocol = get_protocol("search_r1")   # not nudged: left free, SmolLM2 rarely searches twice
+    cfg = replace(GREEDY, first_action="search", second_action="search", last_action="answer", max_turns=3,
+                  max_response_tokens=200)
+    reference, _ = run_episodes(HFEngine(model, tok), protocol, index, samples, cfg)
+    engine = StaticEngine(model, tok, max_batch_size=4, check_every=4)
+    engine.generate = no_generate
+    trajs, _ = run_episodes(engine, protocol, index, samples, cfg)
+    assert summary(trajs) == summary(reference)
+    opening = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
+    ids = tok.encode(opening, add_special_tokens=False)
+    second = [t for t in trajs if t.num_turns >= 2 and t.turns[0].kind == "search"]
+    assert second, "no episode searched and reached its second turn"
+    # a first turn that did not search (its query unclosed within the turn) leaves the second one free
+    assert not any(t.turns[1].action_text.startswith(opening) for t in trajs
+                   if t.num_turns >= 2 and t.turns[0].kind != "search")
+    for t in second:
+        turn = t.turns[1]
+        assert turn.action_text.startswith(opening)
+        # the opening's ids sit masked right before the policy's second turn, after the first observation
+        (_, b, e) = [run for run in spans(t.action_mask, t.prompt_len) if run[0] == 1][1]
+        assert t.token_ids[b - len(ids):b] == ids and t.action_mask[b - len(ids):b] == [0] * len(ids)
+        own = [i for i in t.token_ids[b:e] if i not in engine.eos_token_ids]   # the policy's ids: the query on
+        assert opening + tok.decode(own) == turn.action_text
+    assert all(t.num_searches == 2 for t in trajs if t.turns[1].kind == "search")
+    assert any(t.num_searches == 2 for t in trajs)
+    free, _ = run_episodes(HFEngine(model, tok), protocol, index, samples, replace(cfg, second_action="free"))
+    assert not any(t.num_turns >= 2 and t.turns[1].action_text.startswith(opening) for t in free)
 
 
 def _last_masked_run(t) -> list[int]:

@@ -21,6 +21,7 @@ from ragrl.train.recipe import load_train_config
     ("rollout.first_action=serch", ["rollout.first_action", "did you mean 'search'"]),
     ("rollout.answer_by=strat", ["rollout.answer_by", "did you mean 'start'"]),
     ("rollout.last_action=anser", ["rollout.last_action", "did you mean 'answer'"]),
+    ("rollout.second_action=serch", ["rollout.second_action", "did you mean 'search'"]),
 ])
 def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     t0 = time.perf_counter()
@@ -63,6 +64,10 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["rollout.first_action=search", "sft.direct_frac=0", "agent=mmoa"], "agent 'mmoa' .* has no multi-turn search"),
     (["rollout.last_action=answer", "agent=mmoa"], "rollout.last_action=answer .* agent 'mmoa' .* no tagged answer"),
     (["rollout.last_action=answer", "rollout.max_turns=1"], "leaves no turn to search: set max_turns >= 2"),
+    (["rollout.second_action=search"], "rollout.second_action=search searches again after a first search, .* "
+     "set rollout.first_action=search"),
+    (["rollout.second_action=search", "rollout.first_action=search", "sft.direct_frac=0", "rollout.max_turns=2",
+      "rollout.last_action=answer"], "leaves none before the forced answer: set max_turns >= 3"),
     (["rollout.answer_by=start", "agent=mmoa"], "rollout.answer_by=start .* agent 'mmoa' .* has no tagged answer"),
     (["rollout.answer_by=start", "model.lora=false"], "rollout.answer_by=start needs model.lora=true"),
     (["rollout.answer_by=start", "model.engine=static"], "rollout.answer_by=start switches LoRA adapters .* model.engine=static"),

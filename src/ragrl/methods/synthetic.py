@@ -21,7 +21,7 @@ from ragrl.rewards.qa import normalize_answer
 from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.multi_turn import prompt_ids
 from ragrl.rollout.observations import build_observation
-from ragrl.rollout.protocol import SEARCH_THOUGHT, TextProtocol, get_protocol
+from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, SEARCH_THOUGHT, TextProtocol, get_protocol
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 log = logging.getLogger("ragrl.train")
@@ -32,10 +32,7 @@ NEXT_QUERIES = ("every_gold", "missed_gold")
 
 def render_search(p: TextProtocol, queries: list[str], thought: str, first: bool) -> str:
     """One search action in protocol `p`'s tags (several queries joined by ';' for rag_r1)."""
-    q = "; ".join(queries)
-    if p.search_in_think and not first:   # R1-Searcher: a later query goes on in the open <think>
-        return f" {thought} {p.query[0]} {q} {p.query[1]}"
-    return f"{p.search_opening(thought)} {q} {p.query[1]}"
+    return f"{p.search_opening(thought, first)} {'; '.join(queries)} {p.query[1]}"
 
 
 def render_answer(p: TextProtocol, answer: str, thought: str | None, first: bool = False) -> str:
@@ -90,7 +87,7 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     else:   # further searches are chosen as the episode goes, from what it has read
         plan, gold_plan = [[sample["question"]]], [golds if n_search == 1 else golds[:1]]
     t = _start(tok, protocol, sample)
-    thoughts = [SEARCH_THOUGHT, "I need more information."]
+    thoughts = [SEARCH_THOUGHT, NEXT_SEARCH_THOUGHT]
     for turn_i, qs in enumerate(plan):   # a missed_gold plan grows inside the loop
         action = render_search(protocol, qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
         hits = retriever.search(qs, cfg.topk)

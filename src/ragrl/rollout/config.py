@@ -29,6 +29,12 @@ class RolloutConfig:
         "(the runner writes the protocol's search opening, its thought and query tag, and the policy "
         "writes the query), in training and evaluation alike: a small policy that answers at once, or "
         "learns to, never sees what a search finds."))
+    second_action: Literal["free", "search"] = setting("free", help=(
+        "free: the policy chooses the action of its second turn. search: an episode whose first turn "
+        "searched searches again at its second (the runner writes the protocol's search opening with "
+        "a later search's thought, and the policy writes the query), in training and evaluation "
+        "alike: every episode then names a second query, so a reward on what the searches found can "
+        "compare them. Needs first_action: search, and max_turns >= 3 with last_action: answer."))
     last_action: Literal["free", "answer"] = setting("free", help=(
         "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
         "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "
@@ -84,15 +90,16 @@ TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": 
                  "end_after_searches": None}
 # Settings added after evaluations were first cached, with the value that leaves episodes as they were:
 # they join a cache key only when set, so entries written before they existed stay valid.
-KEYED_WHEN_SET = {"first_action": "free", "last_action": "free", "answer_by": "policy"}
+KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy"}
 
 
 def evaluation_key(rollout: RolloutConfig) -> dict:
     """The rollout settings an evaluated result depends on, for a cache key: the training-only ones
     left out, and KEYED_WHEN_SET's only where set.
 
-    >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))
-    ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s', 'turns_in_slot']
+    >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))  # doctest: +NORMALIZE_WHITESPACE
+    ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s',
+     'second_action', 'turns_in_slot']
     >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
     'start'
     """

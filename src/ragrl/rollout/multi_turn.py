@@ -31,7 +31,7 @@ from ragrl.errors import ConfigError
 from ragrl.retrieval.base import DocumentSampler, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.config import RolloutConfig
-from ragrl.rollout.protocol import Action, TextProtocol
+from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_start, check_start_can_answer
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
@@ -45,11 +45,12 @@ class _State:
     done: bool = False
     pending_queries: list[str] = field(default_factory=list)
     deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
-    opening: str = ""                  # text the runner wrote before the next turn (first/last_action)
+    opening: str = ""                  # text the runner wrote before the next turn (first/second/last_action)
     last_search: bool = False          # its pending search is the last one (end_after_searches)
     turn_start: int = 0                # where its latest turn's generated ids start in traj.token_ids
     turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
     closing: tuple[str, list[int]] | None = None   # the last turn's answer opening (last_action: answer)
+    again: tuple[str, list[int]] | None = None     # the second turn's search opening (second_action: search)
 
     def end(self, reason: EpisodeEnd) -> None:
         """The one way an episode ends: no turn follows, and the trajectory says why."""
@@ -115,6 +116,7 @@ def run_episodes(
     # and of the first turn's text, so the turn parses, and is scored, as the whole search it is.
     opening = protocol.search_opening() if cfg.first_action == "search" else ""
     closing = _closing(protocol, cfg, tok)
+    again = _again(protocol, cfg, tok)
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
     for i, s in enumerate(samples):
@@ -124,7 +126,7 @@ def run_episodes(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
-            ), deadline=deadline, opening=opening, closing=closing))
+            ), deadline=deadline, opening=opening, closing=closing, again=again))
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
@@ -161,7 +163,7 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
                     _time_out(st, None, tok)
         for st in states:
             if not st.done:
-                _open_last_turn(st, cfg)   # under answer_by: start it ends the episode for the start to answer
+                _open_turn(st, cfg)   # under answer_by: start a last turn ends the episode for the start to answer
         active = [st for st in states if not st.done]
         if not active:
             break
@@ -204,7 +206,7 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
             if not st.done and now is not None and st.deadline is not None and now >= st.deadline:
                 _time_out(st, None, tok)     # past its bound after retrieval: no next turn
             if not st.done:
-                _open_last_turn(st, cfg)   # its ids join the observation handed to the engine
+                _open_turn(st, cfg)   # its ids join the observation handed to the engine
             if st.done:
                 answers.append(None)
                 continue
@@ -222,10 +224,30 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
 
 
 def check_last_action_turns(cfg: RolloutConfig) -> None:
-    """`rollout.last_action: answer` needs a turn before the last one to search in."""
+    """`rollout.last_action: answer` needs a turn before the last one to search in, and `second_action:
+    search` a forced first search and a second turn that is not the forced answer."""
     if cfg.last_action == "answer" and cfg.max_turns < 2:
         raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
                           "turns an answer, which leaves no turn to search: set max_turns >= 2")
+    if cfg.second_action != "search":
+        return
+    if cfg.first_action != "search":
+        raise ConfigError("rollout.second_action=search searches again after a first search, which "
+                          "rollout.first_action=free does not make sure of: set rollout.first_action=search")
+    turns = 3 if cfg.last_action == "answer" else 2
+    if cfg.max_turns < turns:
+        raise ConfigError(f"rollout.second_action=search needs a second turn to search in and rollout.max_turns="
+                          f"{cfg.max_turns} leaves none{' before the forced answer' if turns == 3 else ''}: set "
+                          f"max_turns >= {turns}")
+
+
+def _again(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:
+    """`rollout.second_action: search`'s opening of the second turn (its text and ids); None: off."""
+    if cfg.second_action != "search":
+        return None
+    check_last_action_turns(cfg)
+    text = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
+    return text, tok.encode(text, add_special_tokens=False)
 
 
 def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:
@@ -235,6 +257,20 @@ def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list
     check_last_action_turns(cfg)
     text = protocol.answer_opening()   # refuses a protocol without tagged answers
     return text, tok.encode(text, add_special_tokens=False)
+
+
+def _open_turn(st: _State, cfg: RolloutConfig) -> None:
+    """Before an episode's next turn, what the runner writes there: the forced answer's opening
+    (last_action), or the second search's (second_action, after a first turn that searched)."""
+    t = st.traj
+    if st.again is not None and t.num_turns == 1 and t.num_searches == 1:
+        text, ids = st.again
+        t.token_ids += ids
+        t.action_mask += [0] * len(ids)   # the runner wrote it: out of every loss
+        t.logprobs += [0.0] * len(ids)
+        st.opening = text
+        return
+    _open_last_turn(st, cfg)
 
 
 def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:

@@ -19,6 +19,9 @@ ActionKind = Literal["search", "answer", "invalid", "continue"]
 # The thought a first search opens with: the SFT warm start's episodes write it, and
 # `rollout.first_action: search` writes it for the policy, so both open the episode alike.
 SEARCH_THOUGHT = "I need to search for this."
+# The thought a later search opens with: the SFT episodes' further searches and `rollout.second_action:
+# search`'s alike.
+NEXT_SEARCH_THOUGHT = "I need more information."
 # The thought an answer after a search opens with, the SFT episodes' and `rollout.last_action:
 # answer`'s alike (R1-Searcher must close the <think> its searches left open).
 READ_THOUGHT = "The documents give the answer."
@@ -82,10 +85,11 @@ class TextProtocol:
         """The text appended after an invalid action."""
         raise NotImplementedError
 
-    def search_opening(self, thought: str = SEARCH_THOUGHT) -> str:
+    def search_opening(self, thought: str = SEARCH_THOUGHT, first: bool = True) -> str:
         """A search action's text up to and including its query's open tag (the thought first, where
         the protocol has one): what the SFT episodes write before a query, and what
-        `rollout.first_action: search` puts in front of the policy's first turn.
+        `rollout.first_action: search` (and `second_action: search`, first=False) puts in front of the
+        policy's turn. A later search of a protocol that searches inside its open <think> goes on there.
 
         >>> class P(TextProtocol):
         ...     think, query = ("<think>", "</think>"), ("<search>", "</search>")
@@ -95,7 +99,7 @@ class TextProtocol:
         if self.query is None:
             raise ConfigError(f"protocol {self.name!r} has no search action for its policy to open")
         if self.search_in_think:      # R1-Searcher: the query sits inside the open <think>
-            return f"{self.think[0]} {thought} {self.query[0]}"
+            return f"{self.think[0]} {thought} {self.query[0]}" if first else f" {thought} {self.query[0]}"
         think = f"{self.think[0]}{thought}{self.think[1]}\n" if self.think else ""
         return f"{think}{self.query[0]}"
 

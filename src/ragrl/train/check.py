@@ -162,6 +162,7 @@ def check_combinations(cfg: TrainConfig) -> None:
                           "periodic evaluations, and there are none")
     check_agents(cfg)
     check_first_action(cfg)
+    check_second_action(cfg)
     check_last_action(cfg)
     check_answer_by(cfg)
     check_experts(cfg)
@@ -236,6 +237,16 @@ def check_first_action(cfg: TrainConfig) -> None:
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
                           "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
+
+
+def check_second_action(cfg: TrainConfig) -> None:
+    """rollout.second_action=search needs an LM policy whose multi-turn protocol has a search action, a
+    forced first search and a second turn that is not the forced answer."""
+    if cfg.rollout.second_action != "search":
+        return
+    _require_protocol_part(cfg, "query", "rollout.second_action=search opens each episode's second turn with a "
+                           "search for the policy to finish", "multi-turn search action", "rollout.second_action=free")
+    check_last_action_turns(cfg.rollout)
 
 
 def check_last_action(cfg: TrainConfig) -> None:
