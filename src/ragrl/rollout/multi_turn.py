@@ -223,7 +223,7 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
 
 
-def check_last_action_turns(cfg: RolloutConfig) -> None:
+def check_forced_turns(cfg: RolloutConfig) -> None:
     """`rollout.last_action: answer` needs a turn before the last one to search in, and `second_action:
     search` a forced first search and a second turn that is not the forced answer."""
     if cfg.last_action == "answer" and cfg.max_turns < 2:
@@ -245,7 +245,7 @@ def _again(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[i
     """`rollout.second_action: search`'s opening of the second turn (its text and ids); None: off."""
     if cfg.second_action != "search":
         return None
-    check_last_action_turns(cfg)
+    check_forced_turns(cfg)
     text = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
     return text, tok.encode(text, add_special_tokens=False)
 
@@ -254,7 +254,7 @@ def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list
     """`rollout.last_action: answer`'s opening of the last turn (its text and ids); None: off."""
     if cfg.last_action != "answer":
         return None
-    check_last_action_turns(cfg)
+    check_forced_turns(cfg)
     text = protocol.answer_opening()   # refuses a protocol without tagged answers
     return text, tok.encode(text, add_special_tokens=False)
 
@@ -264,13 +264,19 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
     (last_action), or the second search's (second_action, after a first turn that searched)."""
     t = st.traj
     if st.again is not None and t.num_turns == 1 and t.num_searches == 1:
-        text, ids = st.again
-        t.token_ids += ids
-        t.action_mask += [0] * len(ids)   # the runner wrote it: out of every loss
-        t.logprobs += [0.0] * len(ids)
-        st.opening = text
+        _write_opening(st, *st.again)
         return
     _open_last_turn(st, cfg)
+
+
+def _write_opening(st: _State, text: str, ids: list[int]) -> None:
+    """Append text the runner wrote in front of the next turn, masked (out of every loss), and let
+    that turn's text start with it, so the turn parses as the action it is made to be."""
+    t = st.traj
+    t.token_ids += ids
+    t.action_mask += [0] * len(ids)
+    t.logprobs += [0.0] * len(ids)
+    st.opening = text
 
 
 def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
@@ -279,12 +285,9 @@ def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
     it is made to be. Under `answer_by: start` the turn ends there, for the start to write."""
     if st.closing is None or st.traj.num_turns != cfg.max_turns - 1:
         return
-    text, ids = st.closing
+    text, _ = st.closing
+    _write_opening(st, *st.closing)
     t = st.traj
-    t.token_ids += ids
-    t.action_mask += [0] * len(ids)
-    t.logprobs += [0.0] * len(ids)
-    st.opening = text
     if cfg.answer_by == "start":   # the start writes the rest (answer_by_start): the policy writes nothing here
         st.turn_start, st.turn_opening, st.opening = len(t.token_ids), text, ""
         t.num_turns += 1

@@ -19,7 +19,7 @@ from ragrl.policy.lm_model import resolve_device
 from ragrl.retrieval.corpus import file_sha256, load_corpus
 from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.registry import PASSAGE_TEXT_REWARDS, make_reward
-from ragrl.rollout.multi_turn import check_last_action_turns
+from ragrl.rollout.multi_turn import check_forced_turns
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
 from ragrl.train.setup import default_retriever
@@ -246,7 +246,7 @@ def check_second_action(cfg: TrainConfig) -> None:
         return
     _require_protocol_part(cfg, "query", "rollout.second_action=search opens each episode's second turn with a "
                            "search for the policy to finish", "multi-turn search action", "rollout.second_action=free")
-    check_last_action_turns(cfg.rollout)
+    check_forced_turns(cfg.rollout)
 
 
 def check_last_action(cfg: TrainConfig) -> None:
@@ -256,7 +256,7 @@ def check_last_action(cfg: TrainConfig) -> None:
         return
     _require_protocol_part(cfg, "answer", "rollout.last_action=answer opens each episode's last turn with an "
                            "answer tag", "tagged answer turn", "rollout.last_action=free")
-    check_last_action_turns(cfg.rollout)
+    check_forced_turns(cfg.rollout)
 
 
 def check_answer_by(cfg: TrainConfig) -> None:
