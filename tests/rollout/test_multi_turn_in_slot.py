@@ -187,6 +187,42 @@ def test_a_forced_second_search_opens_the_second_turn_alike_in_slot_and_turn_by_
     assert not any(t.num_turns >= 2 and t.turns[1].action_text.startswith(opening) for t in free)
 
 
+def test_the_runner_searches_the_question_first_alike_in_slot_and_turn_by_turn(smollm2_policy, index, samples):
+    """`rollout.first_action: question` (s3's shape): each episode's first turn is the runner's own
+    search of the question, every id of it masked, served from the index's own top k before the policy
+    writes anything; with second_action: search and the last turn a forced answer, the policy's only
+    turn is the second search's query, and its ids start right after the first observation."""
+    model, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    cfg = replace(GREEDY, first_action="question", second_action="search", last_action="answer", max_turns=3,
+                  max_turn_tokens=48, max_response_tokens=300)
+    reference, _ = run_episodes(HFEngine(model, tok), protocol, index, samples, cfg)
+    engine = StaticEngine(model, tok, max_batch_size=4, check_every=4)
+    engine.generate = no_generate
+    retriever = CountingRetriever(index)
+    trajs, _ = run_episodes(engine, protocol, retriever, samples, cfg)
+    assert summary(trajs) == summary(reference)
+    questions = [s["question"] for s in samples for _ in range(cfg.n)]
+    assert retriever.calls[0] == questions          # one call for every episode's question, before any turn
+    own = index.search(questions, cfg.topk)
+    opening = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
+    for t, hits in zip(trajs, own):
+        first = t.turns[0]
+        assert first.kind == "search" and first.queries == [t.question]
+        assert first.action_text == protocol.search_action([t.question])
+        assert first.passage_ids == [[h.id for h in hits]] and first.observation
+        # nothing before the policy's first generated id is the policy's: prompt, the runner's search, its observation
+        b = t.action_mask.index(1)
+        written = (tok.encode(first.action_text, add_special_tokens=False)
+                   + tok.encode(first.observation, add_special_tokens=False)
+                   + tok.encode(opening, add_special_tokens=False))
+        assert t.token_ids[t.prompt_len:b] == written and t.action_mask[:b] == [0] * b
+        assert t.turns[1].action_text.startswith(opening)
+    # searches counted and scored include the runner's: two where the policy's query parsed, else one
+    assert all(t.num_searches == 1 + (t.turns[1].kind == "search") for t in trajs)
+    assert any(t.turns[1].kind == "search" for t in trajs)
+
+
 def _last_masked_run(t) -> list[int]:
     """The ids of the last run of masked ids before the last turn's generated ids."""
     end = max(i for i, m in enumerate(t.action_mask) if m == 1)

@@ -62,6 +62,13 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     # the tiny variant's warm start teaches a quarter of direct answers, which a forced search forbids
     (["rollout.first_action=search"], "sft.direct_frac=0.25 teaches answers without a search"),
     (["rollout.first_action=search", "sft.direct_frac=0", "agent=mmoa"], "agent 'mmoa' .* has no multi-turn search"),
+    (["rollout.first_action=question"], "sft.direct_frac=0.25 .* rollout.first_action=question never lets"),
+    (["rollout.first_action=question", "sft.direct_frac=0", "agent=mmoa"],
+     "the runner's own search of the question, but agent 'mmoa' .* has no multi-turn search"),
+    (["rollout.first_action=question", "sft.direct_frac=0", "rollout.max_turns=1"],
+     "the runner's own search, which leaves the policy none: set max_turns >= 2"),
+    (["rollout.first_action=question", "sft.direct_frac=0", "rollout.end_after_searches=1"],
+     "rollout.end_after_searches=1 ends every episode at the runner's own search"),
     (["rollout.last_action=answer", "agent=mmoa"], "rollout.last_action=answer .* agent 'mmoa' .* no tagged answer"),
     (["rollout.last_action=answer", "rollout.max_turns=1"], "leaves no turn to search: set max_turns >= 2"),
     (["rollout.second_action=search"], "rollout.second_action=search searches again after a first search, .* "

@@ -3,6 +3,7 @@ actions has, the index's own results with nothing put in, the group of their que
 policy's own log-probs as their old ones."""
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -44,22 +45,29 @@ def samples():
     return [s for s in load_questions("demo-train") if len(s.get("gold_passage_ids", [])) == 2]
 
 
-def test_an_expert_episode_has_the_layout_of_a_rollout_that_took_its_actions(smollm2_policy, retriever, passages,
-                                                                              samples):
-    """Played through the real runner (a scripted engine writes the expert's actions, the opening
-    left to the runner as first_action=search does), the same actions give the same tokens, mask,
-    prompt length and retrieved passages: the expert is an episode the policy could have sampled."""
+@pytest.mark.parametrize("first", ["search", "question"])
+def test_an_expert_episode_has_the_layout_of_a_rollout_that_took_its_actions(first, smollm2_policy, retriever,
+                                                                              passages, samples):
+    """Played through the real runner (a scripted engine writes the expert's actions, what the runner
+    writes left to it: the first search's opening under first_action=search, the whole first search of
+    the question under first_action=question), the same actions give the same tokens, mask, prompt
+    length and retrieved passages: the expert is an episode the policy could have sampled."""
     _, tok = smollm2_policy
     protocol = get_protocol("search_r1")
-    sample = next(s for s in samples if expert_trajectory(tok, protocol, s, retriever, passages, CFG,
+    cfg = replace(CFG, first_action=first)
+    sample = next(s for s in samples if expert_trajectory(tok, protocol, s, retriever, passages, cfg,
                                                           random.Random(0)) is not None)
-    expert = expert_trajectory(tok, protocol, sample, retriever, passages, CFG, random.Random(0))
+    expert = expert_trajectory(tok, protocol, sample, retriever, passages, cfg, random.Random(0))
     assert expert.num_searches == 2 and expert.turns[1].queries != [sample["question"]]
     opening = protocol.search_opening()
     actions = [turn.action_text for turn in expert.turns]
     assert actions[0].startswith(opening)
-    engine = ScriptedEngine(tok, protocol, {sample["question"]: [actions[0][len(opening):]] + actions[1:]})
-    [played], _ = run_episodes(engine, protocol, retriever, [sample], CFG)
+    script = [actions[0][len(opening):]] + actions[1:] if first == "search" else actions[1:]
+    if first == "question":   # the policy wrote nothing of the first search
+        first_ids = tok.encode(actions[0], add_special_tokens=False)
+        assert expert.action_mask[expert.prompt_len:expert.prompt_len + len(first_ids)] == [0] * len(first_ids)
+    engine = ScriptedEngine(tok, protocol, {sample["question"]: script})
+    [played], _ = run_episodes(engine, protocol, retriever, [sample], cfg)
     assert played.token_ids == expert.token_ids and played.action_mask == expert.action_mask
     assert played.prompt_len == expert.prompt_len
     assert [t.passage_ids for t in played.turns] == [t.passage_ids for t in expert.turns]

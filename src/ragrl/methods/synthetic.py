@@ -30,11 +30,6 @@ NEXT_QUERIES = ("every_gold", "missed_gold")
 
 
 
-def render_search(p: TextProtocol, queries: list[str], thought: str, first: bool) -> str:
-    """One search action in protocol `p`'s tags (several queries joined by ';' for rag_r1)."""
-    return f"{p.search_opening(thought, first)} {'; '.join(queries)} {p.query[1]}"
-
-
 def render_answer(p: TextProtocol, answer: str, thought: str | None, first: bool = False) -> str:
     """The answer action; thought=None writes no think block where the protocol allows that."""
     return f"{p.answer_opening(thought, first)} {answer} {p.answer[1]}"
@@ -58,15 +53,15 @@ def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:
 
 def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retriever, passages: dict[str, Hit],
                      cfg: RolloutConfig, rng: random.Random, insert_gold: bool = True,
-                     opening_masked: bool = False, next_query: str = "every_gold") -> Trajectory:
+                     runner_first: str = "free", next_query: str = "every_gold") -> Trajectory:
     """One gold episode: search the question, then further gold titles, then answer.
 
     next_query="every_gold" searches each further gold title in turn; "missed_gold" searches only a
     gold title that the searches so far have not shown and that the episode can read (in its question
     or its observations), and answers once there is none (one query a search). insert_gold=False keeps
     the index's own results (an expert episode in an RL group is scored on what its queries found);
-    opening_masked=True writes the first search's opening as the runner does under
-    `rollout.first_action: search` (its own tokens, out of the loss)."""
+    runner_first writes the first search as the runner does under that `rollout.first_action`: its
+    opening (search) or all of it (question) as the runner's tokens, out of the loss."""
     if next_query not in NEXT_QUERIES:
         raise ConfigError(f"next_query must be one of {NEXT_QUERIES}, got {next_query!r}")
     golds = [passages[i] for i in sample.get("gold_passage_ids", []) if i in passages]
@@ -89,7 +84,7 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     t = _start(tok, protocol, sample)
     thoughts = [SEARCH_THOUGHT, NEXT_SEARCH_THOUGHT]
     for turn_i, qs in enumerate(plan):   # a missed_gold plan grows inside the loop
-        action = render_search(protocol, qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
+        action = protocol.search_action(qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
         hits = retriever.search(qs, cfg.topk)
         if insert_gold and multi:
             hits = [_with_gold(hs, [g] if j < len(golds) and (g := golds[j]) else [], cfg.topk)
@@ -97,11 +92,13 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
         elif insert_gold:
             hits = [_with_gold(hits[0], gold_plan[turn_i] if turn_i < len(gold_plan) else [], cfg.topk)]
         obs, obs_ids = build_observation(tok, protocol, qs, hits, cfg)
-        if turn_i == 0 and opening_masked:
+        if turn_i == 0 and runner_first == "search":
             opening = protocol.search_opening(thoughts[0])
             _append(t, tok, opening, [], masked=True)
             t.prompt_len = len(t.token_ids)   # as the runner counts it: the opening is the prompt's
             _append(t, tok, action[len(opening):], obs_ids)
+        elif turn_i == 0 and runner_first == "question":
+            _append(t, tok, action, obs_ids, masked=True)    # the runner's own search of the question
         else:
             _append(t, tok, action, obs_ids)
         t.turns.append(Turn(action_text=action, kind="search", queries=qs,
@@ -136,7 +133,7 @@ def expert_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retr
     in, so the group's reward scores what those queries really find. None where its observations
     show no gold answer: an expert that answers what it was not shown would teach guessing."""
     t = synth_trajectory(tok, protocol, sample, retriever, passages, cfg, rng, insert_gold=False,
-                         opening_masked=cfg.first_action == "search")
+                         runner_first=cfg.first_action)
     return t if answer_visible(t) else None
 
 

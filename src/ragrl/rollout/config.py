@@ -24,17 +24,21 @@ class RolloutConfig:
     max_queries_per_call: int = setting(3, help=(
         "Queries honoured from one search action (a protocol that sends several at once); the rest "
         "are dropped."))
-    first_action: Literal["free", "search"] = setting("free", help=(
+    first_action: Literal["free", "search", "question"] = setting("free", help=(
         "free: the policy chooses its first action. search: every episode's first turn is a search "
         "(the runner writes the protocol's search opening, its thought and query tag, and the policy "
         "writes the query), in training and evaluation alike: a small policy that answers at once, or "
-        "learns to, never sees what a search finds."))
+        "learns to, never sees what a search finds. question: the runner writes and serves the whole "
+        "first search, with the question itself as its query (s3's shape: the policy starts from what "
+        "naive RAG retrieves and searches for what it missed); it counts as the episode's first turn "
+        "and search, and none of it is in any loss. Needs max_turns >= 2 and end_after_searches unset "
+        "or >= 2, so the policy has a turn."))
     second_action: Literal["free", "search"] = setting("free", help=(
         "free: the policy chooses the action of its second turn. search: an episode whose first turn "
         "searched searches again at its second (the runner writes the protocol's search opening with "
         "a later search's thought, and the policy writes the query), in training and evaluation "
         "alike: every episode then names a second query, so a reward on what the searches found can "
-        "compare them. Needs first_action: search, and max_turns >= 3 with last_action: answer."))
+        "compare them. Needs first_action: search or question, and max_turns >= 3 with last_action: answer."))
     last_action: Literal["free", "answer"] = setting("free", help=(
         "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
         "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "

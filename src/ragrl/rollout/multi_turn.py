@@ -115,6 +115,7 @@ def run_episodes(
     # A forced first search: its opening is part of the prompt (masked: the policy did not write it)
     # and of the first turn's text, so the turn parses, and is scored, as the whole search it is.
     opening = protocol.search_opening() if cfg.first_action == "search" else ""
+    check_forced_turns(cfg)
     closing = _closing(protocol, cfg, tok)
     again = _again(protocol, cfg, tok)
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
@@ -135,6 +136,8 @@ def run_episodes(
     if isinstance(retriever, DocumentSampler):   # a retriever policy draws its documents: seeded per rollout
 
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
+    if cfg.first_action == "question":
+        _search_the_question(states, protocol, retriever, tok, cfg, stats, sampling_rng)
     if cfg.turns_in_slot and hasattr(engine, "run_turns"):
         _run_in_slots(engine, protocol, retriever, states, cfg, stats, sampling_rng)
     else:
@@ -155,7 +158,8 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
                       sampling_rng, deadline: float | None) -> None:
     """Every still-active episode's turn t in one `generate` call, then one retrieval call for all."""
     tok = engine.tokenizer
-    for turn_idx in range(cfg.max_turns):
+    first_turn = 1 if cfg.first_action == "question" else 0    # the runner took the first
+    for turn_idx in range(first_turn, cfg.max_turns):
         if deadline is not None:   # past it (a long retrieval, a slow turn): end before generating
             now = time.monotonic()
             for st in states:
@@ -215,23 +219,41 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         acting_s += time.perf_counter() - t0
         return answers
 
-    if states:    # all of them start here, none done yet
-        first = [_turn_params(st.traj, cfg, 0, protocol.stop_strings, st.deadline) for st in states]
+    for st in states:   # after the runner's own first search (first_action: question), what it writes next
+        if st.traj.num_turns and not st.done:
+            _open_turn(st, cfg)
+    going = [e for e, st in enumerate(states) if not st.done]   # all, unless the runner's own search ended one
+    if going:
+        first = [_turn_params(states[e].traj, cfg, states[e].traj.num_turns, protocol.stop_strings,
+                              states[e].deadline) for e in going]
+        # The engine counts an episode's budget from the ids it is handed, which hold the runner's own
+        # first search under first_action: question (each turn's budget is cut to what is left anyway).
+        budget = cfg.max_response_tokens - min(len(states[e].traj.token_ids) - states[e].traj.prompt_len
+                                               for e in going)
         t0 = time.perf_counter()
-        engine.run_turns([st.traj.token_ids for st in states], first, turn_ends,
-                         max_episode_tokens=cfg.max_response_tokens)
+        engine.run_turns([states[e].traj.token_ids for e in going], first,
+                         lambda ended: turn_ends([(going[i], g) for i, g in ended]), max_episode_tokens=budget)
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
 
 
 def check_forced_turns(cfg: RolloutConfig) -> None:
-    """`rollout.last_action: answer` needs a turn before the last one to search in, and `second_action:
-    search` a forced first search and a second turn that is not the forced answer."""
+    """`rollout.last_action: answer` needs a turn before the last one to search in, `first_action:
+    question` a turn left for the policy, and `second_action: search` a forced first search and a
+    second turn that is not the forced answer."""
     if cfg.last_action == "answer" and cfg.max_turns < 2:
         raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
                           "turns an answer, which leaves no turn to search: set max_turns >= 2")
+    if cfg.first_action == "question":
+        if cfg.max_turns < 2:
+            raise ConfigError(f"rollout.first_action=question makes the first of rollout.max_turns={cfg.max_turns} "
+                              "turns the runner's own search, which leaves the policy none: set max_turns >= 2")
+        if cfg.end_after_searches is not None and cfg.end_after_searches < 2:
+            raise ConfigError(f"rollout.end_after_searches={cfg.end_after_searches} ends every episode at the "
+                              "runner's own search (rollout.first_action=question), before the policy acts: "
+                              "set it >= 2, or null")
     if cfg.second_action != "search":
         return
-    if cfg.first_action != "search":
+    if cfg.first_action == "free":
         raise ConfigError("rollout.second_action=search searches again after a first search, which "
                           "rollout.first_action=free does not make sure of: set rollout.first_action=search")
     turns = 3 if cfg.last_action == "answer" else 2
@@ -239,6 +261,27 @@ def check_forced_turns(cfg: RolloutConfig) -> None:
         raise ConfigError(f"rollout.second_action=search needs a second turn to search in and rollout.max_turns="
                           f"{cfg.max_turns} leaves none{' before the forced answer' if turns == 3 else ''}: set "
                           f"max_turns >= {turns}")
+
+
+def _search_the_question(states: list[_State], protocol: TextProtocol, retriever: Retriever | None, tok,
+                         cfg: RolloutConfig, stats: dict, sampling_rng) -> None:
+    """`rollout.first_action: question`: each episode's first turn is the runner's own search, with the
+    question as its query, written (masked: the policy did not write it) and served in one retrieval
+    call before the policy's first turn, so the policy starts from what naive RAG retrieves."""
+    for st in states:
+        t = st.traj
+        text = protocol.search_action([t.question])
+        ids = tok.encode(text, add_special_tokens=False)
+        t.token_ids += ids
+        t.action_mask += [0] * len(ids)
+        t.logprobs += [0.0] * len(ids)
+        t.num_turns += 1
+        t.num_searches += 1
+        t.turns.append(Turn(action_text=text, kind="search", queries=[t.question]))
+        st.pending_queries = [t.question]
+    t0 = time.perf_counter()
+    _retrieve_and_observe(states, protocol, retriever, tok, cfg, sampling_rng)
+    stats["retrieval_s"] += time.perf_counter() - t0
 
 
 def _again(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:

@@ -17,7 +17,7 @@ from ragrl.retrieval.base import Hit
 ActionKind = Literal["search", "answer", "invalid", "continue"]
 
 # The thought a first search opens with: the SFT warm start's episodes write it, and
-# `rollout.first_action: search` writes it for the policy, so both open the episode alike.
+# `rollout.first_action: search` (or `question`) writes it, so both open the episode alike.
 SEARCH_THOUGHT = "I need to search for this."
 # The thought a later search opens with: the SFT episodes' further searches and `rollout.second_action:
 # search`'s alike.
@@ -102,6 +102,17 @@ class TextProtocol:
             return f"{self.think[0]} {thought} {self.query[0]}" if first else f" {thought} {self.query[0]}"
         think = f"{self.think[0]}{thought}{self.think[1]}\n" if self.think else ""
         return f"{think}{self.query[0]}"
+
+    def search_action(self, queries: list[str], thought: str = SEARCH_THOUGHT, first: bool = True) -> str:
+        """A whole search action (several queries joined by ';' where the protocol takes them): what
+        the SFT episodes write, and what `rollout.first_action: question` writes for the question.
+
+        >>> class P(TextProtocol):
+        ...     query = ("<search>", "</search>")
+        >>> P().search_action(["who wrote it"])
+        '<search> who wrote it </search>'
+        """
+        return f"{self.search_opening(thought, first)} {'; '.join(queries)} {self.query[1]}"
 
     def answer_opening(self, thought: str | None = READ_THOUGHT, first: bool = False) -> str:
         """An answer action's text up to and including its answer's open tag: what the SFT episodes

@@ -228,15 +228,20 @@ def _require_protocol_part(cfg: TrainConfig, part: str, setting_does: str, lacks
 
 
 def check_first_action(cfg: TrainConfig) -> None:
-    """rollout.first_action=search needs an LM policy whose multi-turn protocol has a search action, and
-    a warm start that teaches no direct answer (sft.direct_frac): the rollout would never allow one."""
-    if cfg.rollout.first_action != "search":
+    """rollout.first_action=search (or question) needs an LM policy whose multi-turn protocol has a search
+    action, a warm start that teaches no direct answer (sft.direct_frac): the rollout would never allow
+    one, and (question) a turn left for the policy."""
+    first = cfg.rollout.first_action
+    if first == "free":
         return
-    _require_protocol_part(cfg, "query", "rollout.first_action=search opens each episode with a search for the "
-                           "policy to finish", "multi-turn search action", "rollout.first_action=free")
+    does = ("opens each episode with a search for the policy to finish" if first == "search" else
+            "opens each episode with the runner's own search of the question")
+    _require_protocol_part(cfg, "query", f"rollout.first_action={first} {does}", "multi-turn search action",
+                           "rollout.first_action=free")
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
-                          "rollout.first_action=search never lets the policy give; set sft.direct_frac=0")
+                          f"rollout.first_action={first} never lets the policy give; set sft.direct_frac=0")
+    check_forced_turns(cfg.rollout)
 
 
 def check_second_action(cfg: TrainConfig) -> None:
