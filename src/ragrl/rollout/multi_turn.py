@@ -219,8 +219,8 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         acting_s += time.perf_counter() - t0
         return answers
 
-    for st in states:   # after the runner's own first search (first_action: question), what it writes next
-        if st.traj.num_turns and not st.done:
+    for st in states:   # before every first turn, as before each turn turn by turn (first_action: question)
+        if not st.done:
             _open_turn(st, cfg)
     going = [e for e, st in enumerate(states) if not st.done]   # all, unless the runner's own search ended one
     if going:
@@ -271,10 +271,7 @@ def _search_the_question(states: list[_State], protocol: TextProtocol, retriever
     for st in states:
         t = st.traj
         text = protocol.search_action([t.question])
-        ids = tok.encode(text, add_special_tokens=False)
-        t.token_ids += ids
-        t.action_mask += [0] * len(ids)
-        t.logprobs += [0.0] * len(ids)
+        t.append_masked(tok.encode(text, add_special_tokens=False))
         t.num_turns += 1
         t.num_searches += 1
         t.turns.append(Turn(action_text=text, kind="search", queries=[t.question]))
@@ -288,7 +285,6 @@ def _again(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[i
     """`rollout.second_action: search`'s opening of the second turn (its text and ids); None: off."""
     if cfg.second_action != "search":
         return None
-    check_forced_turns(cfg)
     text = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
     return text, tok.encode(text, add_special_tokens=False)
 
@@ -297,7 +293,6 @@ def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list
     """`rollout.last_action: answer`'s opening of the last turn (its text and ids); None: off."""
     if cfg.last_action != "answer":
         return None
-    check_forced_turns(cfg)
     text = protocol.answer_opening()   # refuses a protocol without tagged answers
     return text, tok.encode(text, add_special_tokens=False)
 
@@ -315,10 +310,7 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
 def _write_opening(st: _State, text: str, ids: list[int]) -> None:
     """Append text the runner wrote in front of the next turn, masked (out of every loss), and let
     that turn's text start with it, so the turn parses as the action it is made to be."""
-    t = st.traj
-    t.token_ids += ids
-    t.action_mask += [0] * len(ids)
-    t.logprobs += [0.0] * len(ids)
+    st.traj.append_masked(ids)
     st.opening = text
 
 
@@ -481,8 +473,6 @@ def _search_history(traj: Trajectory) -> list[dict]:
 def _append_observation(st: _State, turn: Turn, obs: str, ids: list[int], cfg: RolloutConfig) -> None:
     t = st.traj
     turn.observation = obs
-    t.token_ids += ids
-    t.action_mask += [0] * len(ids)
-    t.logprobs += [0.0] * len(ids)
+    t.append_masked(ids)
     if len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
         st.end(EpisodeEnd.MAX_TOKENS)

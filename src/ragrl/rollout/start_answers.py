@@ -90,9 +90,7 @@ def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[Answerin
         traj = t.traj
         kept = t.opening + tok.decode(traj.token_ids[t.turn_start:cut], skip_special_tokens=False)
         del traj.token_ids[cut:], traj.action_mask[cut:], traj.logprobs[cut:]
-        traj.token_ids += g.token_ids
-        traj.action_mask += [0] * len(g.token_ids)
-        traj.logprobs += [0.0] * len(g.token_ids)
+        traj.append_masked(g.token_ids)
         # as the runner reads a turn: the text without the final EOS
         text = kept + (g.text or tok.decode(g.token_ids[:-1] if g.stop_reason == "eos" else g.token_ids,
                                             skip_special_tokens=False))

@@ -79,6 +79,13 @@ class Trajectory:
     reward: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
 
+    def append_masked(self, ids: list[int]) -> None:
+        """Append ids the policy did not write (an observation, the runner's own text, the start's
+        answer): out of every loss, with no log-prob of the policy's."""
+        self.token_ids += ids
+        self.action_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+
     @property
     def response_ids(self) -> list[int]:
         return self.token_ids[self.prompt_len:]

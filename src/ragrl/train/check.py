@@ -164,6 +164,7 @@ def check_combinations(cfg: TrainConfig) -> None:
     check_first_action(cfg)
     check_second_action(cfg)
     check_last_action(cfg)
+    check_forced_turns(cfg.rollout)   # after the three: a protocol that lacks the tags is named first
     check_answer_by(cfg)
     check_experts(cfg)
     check_guards(cfg)
@@ -229,8 +230,8 @@ def _require_protocol_part(cfg: TrainConfig, part: str, setting_does: str, lacks
 
 def check_first_action(cfg: TrainConfig) -> None:
     """rollout.first_action=search (or question) needs an LM policy whose multi-turn protocol has a search
-    action, a warm start that teaches no direct answer (sft.direct_frac): the rollout would never allow
-    one, and (question) a turn left for the policy."""
+    action and a warm start that teaches no direct answer (sft.direct_frac): the rollout would never
+    allow one. Its turns are checked with the other forced turns (check_forced_turns)."""
     first = cfg.rollout.first_action
     if first == "free":
         return
@@ -241,27 +242,24 @@ def check_first_action(cfg: TrainConfig) -> None:
     if cfg.sft.steps and cfg.sft.direct_frac:
         raise ConfigError(f"sft.direct_frac={cfg.sft.direct_frac} teaches answers without a search, which "
                           f"rollout.first_action={first} never lets the policy give; set sft.direct_frac=0")
-    check_forced_turns(cfg.rollout)
 
 
 def check_second_action(cfg: TrainConfig) -> None:
-    """rollout.second_action=search needs an LM policy whose multi-turn protocol has a search action, a
-    forced first search and a second turn that is not the forced answer."""
+    """rollout.second_action=search needs an LM policy whose multi-turn protocol has a search action (its
+    turns: check_forced_turns)."""
     if cfg.rollout.second_action != "search":
         return
     _require_protocol_part(cfg, "query", "rollout.second_action=search opens each episode's second turn with a "
                            "search for the policy to finish", "multi-turn search action", "rollout.second_action=free")
-    check_forced_turns(cfg.rollout)
 
 
 def check_last_action(cfg: TrainConfig) -> None:
-    """rollout.last_action=answer needs an LM policy whose multi-turn protocol has tagged answers, and a
-    turn before the last one to search in."""
+    """rollout.last_action=answer needs an LM policy whose multi-turn protocol has tagged answers (its
+    turns: check_forced_turns)."""
     if cfg.rollout.last_action != "answer":
         return
     _require_protocol_part(cfg, "answer", "rollout.last_action=answer opens each episode's last turn with an "
                            "answer tag", "tagged answer turn", "rollout.last_action=free")
-    check_forced_turns(cfg.rollout)
 
 
 def check_answer_by(cfg: TrainConfig) -> None:
