@@ -191,3 +191,57 @@ def test_gold_search_missed_is_refused_for_an_agent_of_several_queries_and_bad_m
     with pytest.raises(ConfigError, match="next_query must be one of"):
         synth_trajectory(None, get_protocol("search_r1"), {"question": "q", "answers": ["a"]}, None, {},
                          RolloutConfig(), random.Random(0), next_query="every")
+
+
+
+def test_missed_after_question_writes_the_episode_the_runner_makes(smollm2_policy, demo_bm25_dir, passages):
+    """sft.builder=missed_after_question: played through the real runner (first_action=question,
+    second_action=search; a scripted engine writes what the policy writes), each episode's tokens and
+    mask are the runner's up to its query's end: the question's own search (the index's own results)
+    and the second search's opening are the runner's, masked, and the only trained search text is a
+    query naming a gold title the first search did not show but the question or its passages name.
+    A run without that episode shape is refused on load."""
+    from dataclasses import replace
+
+    from ragrl.errors import ConfigError
+    from ragrl.methods.synthetic import missed_after_question_episodes
+    from ragrl.rollout.multi_turn import run_episodes
+    from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT
+    from ragrl.train.check import check_combinations
+    from ragrl.train.recipe import load_train_config
+    from tests.rollout.scripted import ScriptedEngine
+
+    _, tok = smollm2_policy
+    retriever = make_retriever(str(demo_bm25_dir))
+    shape = ["rollout.first_action=question", "rollout.second_action=search", "rollout.max_turns=3",
+             "sft.builder=missed_after_question", "sft.direct_frac=0"]
+    cfg = load_train_config("search_r1_grpo", shape, variant="tiny")
+    check_combinations(cfg)
+    trajs = missed_after_question_episodes(cfg, tok, retriever)
+    samples = {s["question"]: s for s in load_questions(cfg.data.train)}
+    assert trajs and all(t.num_searches == 2 and t.turns[-1].kind == "answer" for t in trajs)
+    protocol = get_protocol("search_r1")
+    opening = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
+    for t in trajs[:6]:
+        sample = samples[t.question]
+        first, second, answer = t.turns
+        own = retriever.search([sample["question"]], cfg.rollout.topk)[0]
+        assert first.queries == [sample["question"]] and first.passage_ids == [[h.id for h in own]]
+        (query,) = second.queries
+        missed = {passages[g].title for g in sample["gold_passage_ids"] if g not in first.passage_ids[0]}
+        assert query in missed and _norm(query) in _norm(sample["question"] + " " + first.observation)
+        assert second.action_text.startswith(opening)
+        trained = tok.decode([i for i, m in zip(t.token_ids, t.action_mask) if m])
+        assert query in trained and opening not in trained and sample["question"] not in trained
+        engine = ScriptedEngine(tok, protocol, {sample["question"]: [second.action_text[len(opening):],
+                                                                      answer.action_text]})
+        [played], _ = run_episodes(engine, protocol, retriever, [sample], replace(cfg.rollout, n=1))
+        end = t.action_mask.index(1)      # the first trained run of tokens is the query's action
+        while t.action_mask[end]:
+            end += 1
+        assert played.token_ids[:end] == t.token_ids[:end] and played.action_mask[:end] == t.action_mask[:end]
+        assert played.turns[0].passage_ids == first.passage_ids and played.turns[1].queries == [query]
+    for wrong in (["rollout.first_action=search"], ["rollout.second_action=free"]):
+        cfg = load_train_config("search_r1_grpo", shape + wrong, variant="tiny")
+        with pytest.raises(ConfigError, match="missed_after_question writes the episode"):
+            check_combinations(cfg)

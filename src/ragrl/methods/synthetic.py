@@ -53,7 +53,8 @@ def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:
 
 def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retriever, passages: dict[str, Hit],
                      cfg: RolloutConfig, rng: random.Random, insert_gold: bool = True,
-                     runner_first: str = "free", next_query: str = "every_gold") -> Trajectory:
+                     runner_first: str = "free", next_query: str = "every_gold",
+                     runner_second: bool = False) -> Trajectory:
     """One gold episode: search the question, then further gold titles, then answer.
 
     next_query="every_gold" searches each further gold title in turn; "missed_gold" searches only a
@@ -61,7 +62,9 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     or its observations), and answers once there is none (one query a search). insert_gold=False keeps
     the index's own results (an expert episode in an RL group is scored on what its queries found);
     runner_first writes the first search as the runner does under that `rollout.first_action`: its
-    opening (search) or all of it (question) as the runner's tokens, out of the loss."""
+    opening (search) or all of it (question) as the runner's tokens, out of the loss; under question
+    its results are the index's own, nothing put in, as the runner serves them. runner_second writes
+    the second search's opening as `rollout.second_action: search` does (the runner's, out of the loss)."""
     if next_query not in NEXT_QUERIES:
         raise ConfigError(f"next_query must be one of {NEXT_QUERIES}, got {next_query!r}")
     golds = [passages[i] for i in sample.get("gold_passage_ids", []) if i in passages]
@@ -86,7 +89,9 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     for turn_i, qs in enumerate(plan):   # a missed_gold plan grows inside the loop
         action = protocol.search_action(qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
         hits = retriever.search(qs, cfg.topk)
-        if insert_gold and multi:
+        if turn_i == 0 and runner_first == "question":
+            pass   # the runner's search of the question: what the index returns
+        elif insert_gold and multi:
             hits = [_with_gold(hs, [g] if j < len(golds) and (g := golds[j]) else [], cfg.topk)
                     for j, hs in enumerate(hits)]
         elif insert_gold:
@@ -99,6 +104,10 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
             _append(t, tok, action[len(opening):], obs_ids)
         elif turn_i == 0 and runner_first == "question":
             _append(t, tok, action, obs_ids, masked=True)    # the runner's own search of the question
+        elif turn_i == 1 and runner_second:
+            opening = protocol.search_opening(thoughts[1], first=False)
+            _append(t, tok, opening, [], masked=True)
+            _append(t, tok, action[len(opening):], obs_ids)
         else:
             _append(t, tok, action, obs_ids)
         t.turns.append(Turn(action_text=action, kind="search", queries=qs,
@@ -208,7 +217,33 @@ def warm_start_episodes(cfg, tok, retriever, next_query: str = "every_gold") -> 
     return trajs
 
 
+def missed_after_question_episodes(cfg, tok, retriever) -> list[Trajectory]:
+    """The `missed_after_question` SFT episodes: the episode `rollout.first_action: question` with
+    `second_action: search` makes, written out. The runner's search of the question (masked, the
+    index's own top k), the second search's opening (masked), one query naming a gold title that the
+    question or those passages name but did not show (the only query the policy writes, so the only
+    one SFT teaches), its results with that gold put in, then the answer. A question with no such
+    title, or whose answer the observations do not show, is left out: its episode would teach a query
+    copied from nothing, or an answer guessed."""
+    r = cfg.rollout
+    passages = corpus_passages(cfg.data.index, cfg.data.corpus)
+    protocol = get_protocol(cfg.agent)
+    rng = random.Random(cfg.seed)
+    samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
+    trajs = [synth_trajectory(tok, protocol, s, retriever, passages, r, rng, runner_first="question",
+                              next_query="missed_gold", runner_second=True) for s in samples]
+    kept = [t for t in trajs if t.num_searches == 2 and answer_visible(t)]
+    log.info("SFT: %d of %d questions have a gold title the question's own top %d name but do not show, "
+             "and an episode that shows the answer", len(kept), len(trajs), r.topk)
+    if not kept:
+        raise ConfigError(f"sft.builder=missed_after_question found no question in {cfg.data.train} whose own "
+                          f"top {r.topk} name a gold title they do not show; use sft.builder=gold_search_missed")
+    return kept
+
+
 # The core's warm start, registered like a method's (`sft.builder: gold_search`, the default).
 SFT_BUILDERS.register("gold_search", lambda cfg, model, tok, retriever: warm_start_episodes(cfg, tok, retriever))
 SFT_BUILDERS.register("gold_search_missed", lambda cfg, model, tok, retriever: warm_start_episodes(
     cfg, tok, retriever, next_query="missed_gold"))
+SFT_BUILDERS.register("missed_after_question", lambda cfg, model, tok, retriever: missed_after_question_episodes(
+    cfg, tok, retriever))

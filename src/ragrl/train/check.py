@@ -117,6 +117,13 @@ def check_combinations(cfg: TrainConfig) -> None:
             and get_protocol(cfg.agent).max_queries > 1):
         raise ConfigError(f"sft.builder=gold_search_missed writes one query a search, and agent {cfg.agent} "
                           f"writes several at once: use sft.builder=gold_search")
+    if cfg.policy == "lm" and cfg.sft.steps > 0 and cfg.sft.builder == "missed_after_question":
+        r = cfg.rollout
+        if r.first_action != "question" or r.second_action != "search" or get_protocol(cfg.agent).max_queries > 1:
+            raise ConfigError(f"sft.builder=missed_after_question writes the episode rollout.first_action=question "
+                              f"with second_action=search makes (one query a search); this run has first_action="
+                              f"{r.first_action}, second_action={r.second_action}, agent {cfg.agent}: set those, "
+                              "or use sft.builder=gold_search_missed")
     if "group_ids" in needs and cfg.rollout.n < 2:
         # A group is one prompt's rollout.n samples: alone in its group, every sample's advantage is 0.
         raise ConfigError(f"algo.estimator={a.estimator} compares each sample with the other samples of its "

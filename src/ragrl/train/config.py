@@ -175,7 +175,10 @@ class SFTConfig:
         "whose answer the observations show (+ direct_frac), searching the question, then each further "
         "gold title; gold_search_missed: the same, but a further search names only a gold title the "
         "searches so far missed and the episode can read (question or observations), else it "
-        "answers (one query a search); smartrag: answer directly where the "
+        "answers (one query a search); missed_after_question: the episode rollout.first_action=question "
+        "with second_action=search makes (the runner's search of the question and the second search's "
+        "opening masked, one query naming a gold title those passages name but do not show, the answer), "
+        "questions without such a title left out; smartrag: answer directly where the "
         "base model is already right closed-book, else search and answer from the documents; mmoa: "
         "MMOA-RAG's episodes for each of its agents."))
     max_questions: int | None = setting(None, help=(
