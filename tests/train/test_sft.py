@@ -213,7 +213,8 @@ def test_missed_after_question_writes_the_episode_the_runner_makes(smollm2_polic
 
     _, tok = smollm2_policy
     retriever = make_retriever(str(demo_bm25_dir))
-    shape = ["rollout.first_action=question", "rollout.second_action=search", "rollout.max_turns=3",
+    # Four turns allowed: the builder still writes one query (the runner opens no third search).
+    shape = ["rollout.first_action=question", "rollout.second_action=search", "rollout.max_turns=4",
              "sft.builder=missed_after_question", "sft.direct_frac=0"]
     cfg = load_train_config("search_r1_grpo", shape, variant="tiny")
     check_combinations(cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import replace
 
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError
@@ -225,7 +226,9 @@ def missed_after_question_episodes(cfg, tok, retriever) -> list[Trajectory]:
     one SFT teaches), its results with that gold put in, then the answer. A question with no such
     title, or whose answer the observations do not show, is left out: its episode would teach a query
     copied from nothing, or an answer guessed."""
-    r = cfg.rollout
+    # Three turns whatever rollout.max_turns allows: the question's search, the one query, the answer
+    # (a longer budget would let missed_gold search a third time, in a turn no runner opens).
+    r = replace(cfg.rollout, max_turns=3)
     passages = corpus_passages(cfg.data.index, cfg.data.corpus)
     protocol = get_protocol(cfg.agent)
     rng = random.Random(cfg.seed)
