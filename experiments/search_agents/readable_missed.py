@@ -4,8 +4,7 @@ For each question: the question's BM25 top 3 (the runner's first search under `r
 question`); the gold passages it missed; which of those have a title that the question or those three
 passages name (a query the policy can copy from what it read, as `gold_search_missed`'s SFT writes);
 and the search gain at equal passages if the second query is that title, against the question's own
-top N. Also how often `gold_search_missed`'s SFT episodes, built as the SFT builds them today (the
-policy's own first search, golds put into its results), hold a second search at all. Seconds on a CPU.
+top N (`second_search_ceiling.gain`). Seconds on a CPU.
 
     .venv/bin/python -m experiments.search_agents.readable_missed --data pool-train \\
         --out experiments/search_agents/results/readable_missed_pool_train.json
@@ -20,7 +19,9 @@ from ragrl.compare.runs import resolve_kit
 from ragrl.datasets import load_questions
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import retriever_for
-from ragrl.rewards.qa import answer_in, is_yes_no, normalize_answer
+from ragrl.rewards.qa import is_yes_no, normalize_answer
+
+from experiments.search_agents.second_search_ceiling import gain
 
 CORPUS = "kit:corpus/wiki_passages.jsonl.gz"
 
@@ -56,8 +57,7 @@ def main() -> None:
     gains = []
     for i, hits2 in zip(where, second):
         shown = {h.id: h.full_text for h in first[i] + hits2}
-        own = [h.full_text for h in deep[i]][:len(shown)]
-        gains.append(answer_in(list(shown.values()), qs[i]["answers"]) - answer_in(own, qs[i]["answers"]))
+        gains.append(gain(list(shown.values()), [h.full_text for h in deep[i]], qs[i]["answers"]))
     n = len(qs)
     out = {"data": args.data, "corpus": CORPUS, **counts,
            "readable_share": round(100 * counts["a_missed_gold_is_readable"] / n, 1),

@@ -193,7 +193,6 @@ def test_gold_search_missed_is_refused_for_an_agent_of_several_queries_and_bad_m
                          RolloutConfig(), random.Random(0), next_query="every")
 
 
-
 def test_missed_after_question_writes_the_episode_the_runner_makes(smollm2_policy, demo_bm25_dir, passages):
     """sft.builder=missed_after_question: played through the real runner (first_action=question,
     second_action=search; a scripted engine writes what the policy writes), each episode's tokens and

@@ -89,25 +89,23 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     thoughts = [SEARCH_THOUGHT, NEXT_SEARCH_THOUGHT]
     for turn_i, qs in enumerate(plan):   # a missed_gold plan grows inside the loop
         action = protocol.search_action(qs, thoughts[min(turn_i, 1)], first=turn_i == 0)
+        served = turn_i == 0 and runner_first == "question"   # the runner's own search of the question
+        opened = (turn_i == 0 and runner_first == "search") or (turn_i == 1 and runner_second)
         hits = retriever.search(qs, cfg.topk)
-        if turn_i == 0 and runner_first == "question":
-            pass   # the runner's search of the question: what the index returns
-        elif insert_gold and multi:
+        put_in = insert_gold and not served   # the runner serves what the index returns
+        if put_in and multi:
             hits = [_with_gold(hs, [g] if j < len(golds) and (g := golds[j]) else [], cfg.topk)
                     for j, hs in enumerate(hits)]
-        elif insert_gold:
+        elif put_in:
             hits = [_with_gold(hits[0], gold_plan[turn_i] if turn_i < len(gold_plan) else [], cfg.topk)]
         obs, obs_ids = build_observation(tok, protocol, qs, hits, cfg)
-        if turn_i == 0 and runner_first == "search":
-            opening = protocol.search_opening(thoughts[0])
+        if served:
+            _append(t, tok, action, obs_ids, masked=True)
+        elif opened:   # the runner wrote the opening (first_action / second_action: search), the policy the rest
+            opening = protocol.search_opening(thoughts[min(turn_i, 1)], first=turn_i == 0)
             _append(t, tok, opening, [], masked=True)
-            t.prompt_len = len(t.token_ids)   # as the runner counts it: the opening is the prompt's
-            _append(t, tok, action[len(opening):], obs_ids)
-        elif turn_i == 0 and runner_first == "question":
-            _append(t, tok, action, obs_ids, masked=True)    # the runner's own search of the question
-        elif turn_i == 1 and runner_second:
-            opening = protocol.search_opening(thoughts[1], first=False)
-            _append(t, tok, opening, [], masked=True)
+            if turn_i == 0:
+                t.prompt_len = len(t.token_ids)   # as the runner counts it: the opening is the prompt's
             _append(t, tok, action[len(opening):], obs_ids)
         else:
             _append(t, tok, action, obs_ids)
@@ -190,6 +188,15 @@ def corpus_passages(index: str | None, corpus: str | None) -> dict[str, Hit]:
     return {c.ids[i]: Hit(c.ids[i], c.titles[i], c.texts[i], 0.0) for i in range(len(c))}
 
 
+def gold_samples(cfg) -> list[dict]:
+    """The training questions a gold episode can be written for (those with gold_passage_ids)."""
+    samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
+    if not samples:
+        raise ConfigError(f"SFT needs training questions with gold_passage_ids; {cfg.data.train} has none "
+                          "(add them, or --set sft.steps=0 to start RL from the base model)")
+    return samples
+
+
 def warm_start_episodes(cfg, tok, retriever, next_query: str = "every_gold") -> list:
     """The `gold_search` SFT episodes: gold search episodes whose answer the observations show, plus
     `sft.direct_frac` of episodes that answer at once (questions drawn at random). next_query: see
@@ -200,10 +207,7 @@ def warm_start_episodes(cfg, tok, retriever, next_query: str = "every_gold") -> 
     passages = corpus_passages(cfg.data.index, cfg.data.corpus)
     protocol = get_protocol(cfg.agent)
     rng = random.Random(cfg.seed)
-    samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
-    if not samples:
-        raise ConfigError(f"SFT needs training questions with gold_passage_ids; {cfg.data.train} has none "
-                          "(add them, or --set sft.steps=0 to start RL from the base model)")
+    samples = gold_samples(cfg)
     trajs = [synth_trajectory(tok, protocol, s, retriever, passages, cfg.rollout, rng, next_query=next_query)
              for s in samples]
     # Teach copying, not guessing: keep episodes whose answer is visible in what was retrieved.
@@ -232,9 +236,8 @@ def missed_after_question_episodes(cfg, tok, retriever) -> list[Trajectory]:
     passages = corpus_passages(cfg.data.index, cfg.data.corpus)
     protocol = get_protocol(cfg.agent)
     rng = random.Random(cfg.seed)
-    samples = [s for s in load_questions(cfg.data.train) if s.get("gold_passage_ids")]
     trajs = [synth_trajectory(tok, protocol, s, retriever, passages, r, rng, runner_first="question",
-                              next_query="missed_gold", runner_second=True) for s in samples]
+                              next_query="missed_gold", runner_second=True) for s in gold_samples(cfg)]
     kept = [t for t in trajs if t.num_searches == 2 and answer_visible(t)]
     log.info("SFT: %d of %d questions have a gold title the question's own top %d name but do not show, "
              "and an episode that shows the answer", len(kept), len(trajs), r.topk)
