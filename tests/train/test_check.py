@@ -82,6 +82,9 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["experts_per_group=1", "agent=mmoa"], "experts_per_group=1 adds gold search episodes .* agent 'mmoa'"),
     (["experts_per_group=1", "algo.estimator=gae", "algo.value_coef=0.5"],
      "experts_per_group=1: .* algo.estimator=gae compares no group"),
+    (["experts_query=missed_gold"], "experts_query=missed_gold says what expert episodes search, but experts_per_group=0"),
+    (["experts_per_group=1", "experts_query=missed_gold", "agent=rag_r1"],
+     "experts_query=missed_gold writes one query a search; rag_r1 writes"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_or_rollout(overrides, match, tmp_path, monkeypatch):
     from ragrl.train import setup

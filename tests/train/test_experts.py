@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ragrl.datasets import load_questions
-from ragrl.methods.synthetic import expert_trajectory, synth_trajectory
+from ragrl.methods.synthetic import answer_visible, expert_trajectory, synth_trajectory
 from ragrl.paths import DEMO_CORPUS
 from ragrl.policy.lm import LMPolicy
 from ragrl.policy.lm_model import build_policy, forward_actions
@@ -73,6 +73,48 @@ def test_an_expert_episode_has_the_layout_of_a_rollout_that_took_its_actions(fir
     assert [t.passage_ids for t in played.turns] == [t.passage_ids for t in expert.turns]
     assert [t.passage_texts for t in played.turns] == [t.passage_texts for t in expert.turns]
     assert played.answer == expert.answer == sample["answers"][0]
+
+
+def test_an_expert_in_the_shape_where_the_runner_searches_the_question_and_opens_the_second_search(
+        smollm2_policy, retriever, passages, samples):
+    """experts_query=missed_gold under first_action=question, second_action=search and
+    end_after_searches=2 (issue #53's candidate Q): the policy's only text is one query, a gold title
+    the question's search missed and its question or passages name. Played through the real runner
+    (a scripted engine writes that query), the episode is the expert's to the last token: the
+    runner's search of the question and the second search's opening masked, the episode ended on
+    the second search's passages (no observation, no answer). Where no such title is readable, no
+    expert (the runner opens a second search in every episode)."""
+    from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT
+    from ragrl.rollout.trajectory import EpisodeEnd
+
+    _, tok = smollm2_policy
+    protocol = get_protocol("search_r1")
+    cfg = replace(CFG, first_action="question", second_action="search", end_after_searches=2, max_turns=4)
+    made = [(s, expert_trajectory(tok, protocol, s, retriever, passages, cfg, random.Random(0), "missed_gold"))
+            for s in samples]
+    kept = [(s, t) for s, t in made if t is not None]
+    assert kept and len(kept) < len(made)
+    opening = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
+    for sample, expert in kept[:4]:
+        first, second = expert.turns
+        assert first.queries == [sample["question"]] and expert.stop_reason == EpisodeEnd.RETRIEVED
+        (query,) = second.queries
+        missed = {passages[g].title for g in sample["gold_passage_ids"] if g not in first.passage_ids[0]}
+        assert query in missed and second.observation == "" and expert.answer is None
+        trained = tok.decode([i for i, m in zip(expert.token_ids, expert.action_mask) if m])
+        assert query in trained and opening not in trained and sample["question"] not in trained
+        engine = ScriptedEngine(tok, protocol, {sample["question"]: [second.action_text[len(opening):]]})
+        [played], _ = run_episodes(engine, protocol, retriever, [sample], replace(cfg, n=1))
+        assert played.token_ids == expert.token_ids and played.action_mask == expert.action_mask
+        assert played.prompt_len == expert.prompt_len and played.stop_reason == expert.stop_reason
+        assert [t.passage_ids for t in played.turns] == [t.passage_ids for t in expert.turns]
+        assert [t.passage_texts for t in played.turns] == [t.passage_texts for t in expert.turns]
+    for sample, expert in made:
+        if expert is None:   # no second query, or none of its searches showed a gold answer
+            t = synth_trajectory(tok, protocol, sample, retriever, passages, replace(cfg, max_turns=3),
+                                 random.Random(0), insert_gold=False, runner_first="question",
+                                 next_query="missed_gold", runner_second=True, end_after_searches=2)
+            assert t.num_searches < 2 or not answer_visible(t)
 
 
 def test_an_expert_reads_the_index_own_results_where_the_warm_start_puts_the_gold_in(smollm2_policy, retriever,

@@ -55,7 +55,7 @@ def _with_gold(hits: list[Hit], golds: list[Hit], k: int) -> list[Hit]:
 def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retriever, passages: dict[str, Hit],
                      cfg: RolloutConfig, rng: random.Random, insert_gold: bool = True,
                      runner_first: str = "free", next_query: str = "every_gold",
-                     runner_second: bool = False) -> Trajectory:
+                     runner_second: bool = False, end_after_searches: int | None = None) -> Trajectory:
     """One gold episode: search the question, then further gold titles, then answer.
 
     next_query="every_gold" searches each further gold title in turn; "missed_gold" searches only a
@@ -65,7 +65,10 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
     runner_first writes the first search as the runner does under that `rollout.first_action`: its
     opening (search) or all of it (question) as the runner's tokens, out of the loss; under question
     its results are the index's own, nothing put in, as the runner serves them. runner_second writes
-    the second search's opening as `rollout.second_action: search` does (the runner's, out of the loss)."""
+    the second search's opening as `rollout.second_action: search` does (the runner's, out of the loss).
+    end_after_searches ends the episode on the passages of that search, as the runner does under
+    `rollout.end_after_searches`: no observation tokens after it and no answer (stop reason RETRIEVED);
+    that turn's `observation` still holds what it would have shown, for `answer_visible`."""
     if next_query not in NEXT_QUERIES:
         raise ConfigError(f"next_query must be one of {NEXT_QUERIES}, got {next_query!r}")
     golds = [passages[i] for i in sample.get("gold_passage_ids", []) if i in passages]
@@ -99,6 +102,9 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
         elif put_in:
             hits = [_with_gold(hits[0], gold_plan[turn_i] if turn_i < len(gold_plan) else [], cfg.topk)]
         obs, obs_ids = build_observation(tok, protocol, qs, hits, cfg)
+        ends = end_after_searches is not None and t.num_searches + 1 >= end_after_searches
+        if ends:   # the runner builds no observation after the last search: its passages are on the turn
+            obs_ids = []
         if served:
             _append(t, tok, action, obs_ids, masked=True)
         elif opened:   # the runner wrote the opening (first_action / second_action: search), the policy the rest
@@ -114,6 +120,9 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
                             passage_titles=[[h.title for h in hs] for hs in hits],
                             passage_texts=[[h.full_text for h in hs] for hs in hits], observation=obs))
         t.num_searches += 1
+        if ends:
+            t.num_turns, t.stop_reason = len(t.turns), EpisodeEnd.RETRIEVED
+            return t
         if next_query == "missed_gold" and len(plan) < n_search and (g := _missed_readable(t, golds)):
             plan.append([g.title])
             gold_plan.append([g])
@@ -135,14 +144,26 @@ def _missed_readable(t: Trajectory, golds: list[Hit]) -> Hit | None:
 
 
 def expert_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retriever, passages: dict[str, Hit],
-                      cfg: RolloutConfig, rng: random.Random) -> Trajectory | None:
+                      cfg: RolloutConfig, rng: random.Random, next_query: str = "every_gold") -> Trajectory | None:
     """An expert episode for an RL group (DAVID-GRPO's expert bootstrapping): the gold episode's
-    queries (the question, then the further gold titles) with the index's own results, nothing put
-    in, so the group's reward scores what those queries really find. None where its observations
-    show no gold answer: an expert that answers what it was not shown would teach guessing."""
-    t = synth_trajectory(tok, protocol, sample, retriever, passages, cfg, rng, insert_gold=False,
-                         runner_first=cfg.first_action)
-    return t if answer_visible(t) else None
+    queries (the question, then the further gold titles; `next_query` as in synth_trajectory) with the
+    index's own results, nothing put in, so the group's reward scores what those queries really find.
+    It has the runner's shape under `cfg`: the first search as `first_action` writes it, the second's
+    opening as `second_action: search` writes it (both masked), and under `end_after_searches` it ends
+    on that search's passages, with no answer, as the runner's episodes do. None where its searches
+    show no gold answer (an expert that answers what it was not shown would teach guessing), and under
+    `second_action: search` where it has no second query (the runner opens a second search in every
+    episode)."""
+    searches = cfg.max_turns - 1 if cfg.end_after_searches is None else min(cfg.max_turns - 1,
+                                                                             cfg.end_after_searches)
+    t = synth_trajectory(tok, protocol, sample, retriever, passages, replace(cfg, max_turns=searches + 1), rng,
+                         insert_gold=False, runner_first=cfg.first_action, next_query=next_query,
+                         runner_second=cfg.second_action == "search", end_after_searches=cfg.end_after_searches)
+    if not answer_visible(t) or (cfg.second_action == "search" and t.num_searches < 2):
+        return None
+    if t.stop_reason == EpisodeEnd.RETRIEVED:
+        t.turns[-1].observation = ""   # what the runner's turn holds: no observation was built
+    return t
 
 
 def direct_trajectory(tok, protocol: TextProtocol, sample: dict) -> Trajectory:

@@ -289,6 +289,9 @@ def check_experts(cfg: TrainConfig) -> None:
     episode is that protocol's gold search episode), and a group-relative estimator to compare it in."""
     n = cfg.experts_per_group
     if n == 0:
+        if cfg.experts_query != "every_gold":
+            raise ConfigError(f"experts_query={cfg.experts_query} says what expert episodes search, but "
+                              "experts_per_group=0 adds none; set experts_per_group or drop experts_query")
         return
     protocol = get_protocol(cfg.agent) if cfg.policy == "lm" else None
     if protocol is None or protocol.runner != "multi_turn" or protocol.query is None:
@@ -298,6 +301,9 @@ def check_experts(cfg: TrainConfig) -> None:
         raise ConfigError(f"experts_per_group={n}: an expert episode joins its question's group, and "
                           f"algo.estimator={cfg.algo.estimator} compares no group; use a group estimator "
                           "(grpo, rloo, dr_grpo, ...) or set experts_per_group=0")
+    if cfg.experts_query == "missed_gold" and protocol.max_queries > 1:
+        raise ConfigError(f"experts_query=missed_gold writes one query a search; {protocol.name} writes "
+                          f"{protocol.max_queries} (use experts_query=every_gold)")
 
 
 def check_guards(cfg: TrainConfig) -> None:

@@ -257,10 +257,16 @@ class CoreConfig:
     experts_per_group: int = setting(0, help=(
         "Expert episodes added to each question's group (DAVID-GRPO's expert bootstrapping): they "
         "search the question, then the further gold passages' titles, read the index's own results "
-        "and answer with the gold answer; scored by the reward like any sample, with the current "
-        "policy's log-probs as their old ones. A question whose expert is shown no gold answer gets "
+        "and answer with the gold answer (or, under rollout.end_after_searches, end on the last "
+        "search's passages, as the runner's episodes do); scored by the reward like any sample, "
+        "with the current policy's log-probs as their old ones. A question whose expert is shown no gold answer gets "
         "none. Needs gold_passage_ids in data.train, a multi-turn search protocol and a group "
         "estimator (grpo, rloo, ...). 0: none."))
+    experts_query: Literal["every_gold", "missed_gold"] = setting("every_gold", help=(
+        "What an expert episode searches after the question. every_gold: each further gold title in "
+        "turn; missed_gold: only a gold title its searches so far have not shown and that its question "
+        "or observations name (one query a search), as sft.builder=missed_after_question teaches. "
+        "Experts take the runner's shape (rollout.first_action, second_action, end_after_searches)."))
     lr: float = setting(2e-5, help="AdamW's learning rate for the RL updates (peak, after warm-up).")
     lr_schedule: Literal["constant", "linear", "cosine"] = setting("constant", help=(
         "Learning rate after warm-up: constant, or decaying to 0 at the last step, linearly or "

@@ -3,7 +3,8 @@
 A small policy's group of samples rarely holds a search that found the answer, so a
 group-relative advantage has nothing good to move towards. Each question's group gets
 `experts_per_group` off-policy episodes that search as the SFT episodes do (the question, then the
-further gold titles), with the index's own results (nothing put in). They are scored by the
+further gold titles, or under `experts_query: missed_gold` only one the searches missed), in the
+runner's episode shape, with the index's own results (nothing put in). They are scored by the
 step's reward like any sample, and their old log-probs are the current policy's, so the clipped
 ratio starts at 1 for them as for an on-policy sample.
 """
@@ -22,7 +23,7 @@ from ragrl.rollout.trajectory import Trajectory
 
 def expert_episodes(tok, protocol: TextProtocol, samples: list[dict], trajs: list[Trajectory],
                     retriever: Retriever, passages: dict[str, Hit], cfg: RolloutConfig, per_group: int,
-                    seed: int) -> list[Trajectory]:
+                    seed: int, next_query: str = "every_gold") -> list[Trajectory]:
     """Up to `per_group` expert episodes for each sample that has gold passages, each given the group
     of that sample's rollouts in `trajs`. A question whose expert search shows no gold answer gets
     none (see `expert_trajectory`), so a step may hold fewer than len(samples) * per_group."""
@@ -34,7 +35,7 @@ def expert_episodes(tok, protocol: TextProtocol, samples: list[dict], trajs: lis
         if sid not in group_of or not s.get("gold_passage_ids"):
             continue
         for _ in range(per_group):
-            t = expert_trajectory(tok, protocol, s, retriever, passages, cfg, rng)
+            t = expert_trajectory(tok, protocol, s, retriever, passages, cfg, rng, next_query)
             if t is not None:
                 t.sample_id, t.group = sid, group_of[sid]
                 t.metrics["expert"] = True
@@ -56,7 +57,8 @@ class ExpertSource:
         if self.passages is None:
             self.passages = corpus_passages(cfg.data.index, cfg.data.corpus)
         return expert_episodes(self.tok, self.protocol, samples, trajs, self.retriever, self.passages,
-                               cfg.rollout, cfg.experts_per_group, seed=cfg.seed * 1_000_003 + step)
+                               cfg.rollout, cfg.experts_per_group, seed=cfg.seed * 1_000_003 + step,
+                               next_query=cfg.experts_query)
 
 
 @torch.no_grad()
