@@ -154,10 +154,8 @@ def expert_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retr
     show no gold answer (an expert that answers what it was not shown would teach guessing), and under
     `second_action: search` where it has no second query (the runner opens a second search in every
     episode)."""
-    searches = cfg.max_turns - 1 if cfg.end_after_searches is None else min(cfg.max_turns - 1,
-                                                                             cfg.end_after_searches)
-    t = synth_trajectory(tok, protocol, sample, retriever, passages, replace(cfg, max_turns=searches + 1), rng,
-                         insert_gold=False, runner_first=cfg.first_action, next_query=next_query,
+    t = synth_trajectory(tok, protocol, sample, retriever, passages, cfg, rng, insert_gold=False,
+                         runner_first=cfg.first_action, next_query=next_query,
                          runner_second=cfg.second_action == "search", end_after_searches=cfg.end_after_searches)
     if not answer_visible(t) or (cfg.second_action == "search" and t.num_searches < 2):
         return None
