@@ -61,3 +61,20 @@ def test_answer_by_start_changes_a_trained_runs_key_but_not_its_starts():
     assert key("start", "rollout.answer_by=start") == key("start")
     assert key("trained", "rollout.answer_by=start") != key("trained")
     assert key("trained", "rollout.answer_by=start")["rollout"]["answer_by"] == "start"
+
+
+def test_answer_by_base_changes_the_starts_key_too_since_the_base_writes_both_answers():
+    """Under `rollout.answer_by: base` the base model reads for the trained run and its start alike: the
+    start's key is not the plain start's (its cached answers were its own), and both say `base`."""
+    ctx = Context(samples=[{"id": "q1", "question": "Who?", "answers": ["x"]}], corpus=None, retriever=None,
+                  setting=SETTING, reader="r")
+
+    def key(role, *overrides):
+        cfg = load_train_config("search_r1_grpo", list(overrides), "learn")
+        run = RunRecord(Path("r"), "r", cfg, METHODS["search_r1"], "agent", Path("r/final_adapter"), None, SETTING)
+        return system_key(System("r", role, run, None), ctx)
+
+    assert key("start", "rollout.answer_by=base") != key("start")
+    assert key("start", "rollout.answer_by=base")["rollout"]["answer_by"] == "base"
+    assert key("trained", "rollout.answer_by=base")["rollout"]["answer_by"] == "base"
+    assert key("trained", "rollout.answer_by=base") != key("trained", "rollout.answer_by=start")

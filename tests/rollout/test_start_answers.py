@@ -18,6 +18,7 @@ from ragrl.models.agent_adapters import REFERENCE_ADAPTER, load_adapters
 from ragrl.models.lm_weights import load_policy
 from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.multi_turn import run_episodes
+from ragrl.rollout.start_answers import check_start_can_answer
 from ragrl.rollout.trajectory import EpisodeEnd
 
 from tests.rollout.scripted import ScriptedEngine, spans
@@ -61,7 +62,7 @@ class PolicyScriptedStartReal(ScriptedEngine):
 
 
 def _cfg(**kw) -> RolloutConfig:
-    return RolloutConfig(temperature=0.0, max_turns=3, max_turn_tokens=24, answer_by="start", **kw)
+    return RolloutConfig(**{"temperature": 0.0, "max_turns": 3, "max_turn_tokens": 24, "answer_by": "start", **kw})
 
 
 def test_the_start_continues_after_the_answer_tag_exactly_as_its_own_greedy_decode(two_adapters, index):
@@ -166,3 +167,58 @@ def test_a_forced_last_answer_is_refused_where_it_cannot_act(two_adapters, index
     with pytest.raises(ConfigError, match="has no tagged answer for its policy to open"):
         run_episodes(PolicyScriptedStartReal(model, tok, {}), untagged, index, sample,
                      RolloutConfig(max_turns=2, last_action="answer"))
+
+
+def test_answer_by_base_continues_as_the_base_model_with_every_adapter_off(two_adapters, index, tiny_model_dir):
+    """`answer_by: base`: neither the policy's adapter nor the frozen start writes the answer but the
+    base model, adapters off (the tiny model's `default` has B = 0, so the policy is scripted to tell
+    the base's call apart: peft's disable_adapter leaves the active adapter named, so the engine
+    records which weights computed by comparing logits)."""
+    model, tok = two_adapters
+    with torch.no_grad():   # a policy adapter unlike the base, so a policy-written answer would differ
+        gen = torch.Generator().manual_seed(1)
+        for name, p in model.named_parameters():
+            if "lora_B.default" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 2.0)
+    calls: list[bool] = []     # per generate call: whether every adapter was off
+    probe = tok.encode("Who", add_special_tokens=False)
+
+    class Recording(PolicyScriptedStartReal):
+        def generate(self, prompts, params):
+            with torch.no_grad():
+                now = model(torch.tensor([probe])).logits
+            base_logits = bare(torch.tensor([probe])).logits
+            calls.append(bool(torch.allclose(now, base_logits, atol=1e-5)))
+            if calls[-1]:
+                return self.real.generate(prompts, params)
+            return super().generate(prompts, params)
+
+    bare, _ = load_policy(str(tiny_model_dir))
+    engine = Recording(model, tok, {"Who directed Jaws?": list(POLICY_TURNS)})
+    (traj,), _ = run_episodes(engine, SearchR1Protocol(), index, [{"id": "q", "question": "Who directed Jaws?",
+                                                                   "answers": ["x"]}], _cfg(answer_by="base"))
+    assert calls == [False, False, True] and model.active_adapter == "default"
+    with torch.no_grad():   # the adapters are on again after the answer: the trainer's policy is intact
+        assert not torch.allclose(model(torch.tensor([probe])).logits, bare(torch.tensor([probe])).logits, atol=1e-5)
+    (_, b, e), _ = [r for r in spans(traj.action_mask, traj.prompt_len)][-2:]
+    expected = HFEngine(bare, tok).generate([traj.token_ids[:e]], SamplingParams(
+        max_new_tokens=24 - (e - b), temperature=0.0, stop=["</answer>"]))[0][0]
+    assert expected.token_ids and traj.token_ids[e:] == expected.token_ids
+
+
+def test_answer_by_base_is_refused_over_a_merged_adapter_but_a_bare_model_is_its_own_base(two_adapters, index,
+                                                                                         tiny_model_dir, tmp_path):
+    """A merged adapter cannot be switched off, so `base` would read with the trained weights: refused.
+    A model with no adapter at all is the base (a run's start from the base model): accepted."""
+    model, tok = two_adapters
+    model.delete_adapter(REFERENCE_ADAPTER)
+    model.save_pretrained(tmp_path / "a")
+    merged = load_adapters(load_policy(str(tiny_model_dir))[0], tmp_path / "a", merge=True)
+    with pytest.raises(ConfigError, match="answer_by=base needs .* adapter was merged"):
+        check_start_can_answer(HFEngine(merged, tok), SearchR1Protocol(), "base")
+    with pytest.raises(ConfigError, match="answer_by=start needs .* adapter was merged"):
+        check_start_can_answer(HFEngine(merged, tok), SearchR1Protocol(), "start")
+    bare, _ = load_policy(str(tiny_model_dir))
+    check_start_can_answer(HFEngine(bare, tok), SearchR1Protocol(), "base")
+    with pytest.raises(ConfigError, match="answer_by=start needs an engine over a LoRA"):
+        check_start_can_answer(HFEngine(bare, tok), SearchR1Protocol(), "start")

@@ -78,6 +78,8 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["rollout.answer_by=start", "agent=mmoa"], "rollout.answer_by=start .* agent 'mmoa' .* has no tagged answer"),
     (["rollout.answer_by=start", "model.lora=false"], "rollout.answer_by=start needs model.lora=true"),
     (["rollout.answer_by=start", "model.engine=static"], "rollout.answer_by=start switches LoRA adapters .* model.engine=static"),
+    (["rollout.answer_by=base", "model.lora=false"], "rollout.answer_by=base needs model.lora=true"),
+    (["rollout.answer_by=base", "agent=mmoa"], "rollout.answer_by=base .* agent 'mmoa' .* has no tagged answer"),
     (["experts_per_group=-1"], "experts_per_group must be >= 0, got -1"),
     (["experts_per_group=1", "agent=mmoa"], "experts_per_group=1 adds gold search episodes .* agent 'mmoa'"),
     (["experts_per_group=1", "algo.estimator=gae", "algo.value_coef=0.5"],

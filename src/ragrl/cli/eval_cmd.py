@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
         from ragrl.policy.lm_model import eval_dtype, resolve_device  # late: keeps `ragrl --help` instant
 
         engine_kind = engine_kind or (trained.model.engine if trained else "auto")
-        if rollout.answer_by == "start" and engine_kind == "auto":
+        if rollout.answer_by != "policy" and engine_kind == "auto":
             engine_kind = "hf"   # it switches adapters between calls, which a compiled step would not see
         try:   # before any work
             weights = eval_dtype(dtype)
@@ -184,9 +184,10 @@ def register(app: typer.Typer) -> None:
         if adapter is not None:   # one shared LoRA adapter, or one per agent (MMOA-RAG per_agent)
             from ragrl.models.agent_adapters import load_adapters  # late: keeps `ragrl --help` instant
 
-            # answer_by=start: a warm-started run's answers come from the start saved beside its adapter
+            # answer_by=start: a warm-started run's answers come from the start saved beside its adapter;
+            # answer_by=base: from the base model, so the adapter stays unmerged, to be switched off
             with_start = trained is not None and answers_by_start(trained)
-            lm = load_adapters(lm, adapter, with_start=with_start, merge=True)
+            lm = load_adapters(lm, adapter, with_start=with_start, merge=rollout.answer_by == "policy")
         lm = lm.to(weights)   # after the merge, which is done in float32
         engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
                                             compile_mode=trained.model.compile if trained else "auto")

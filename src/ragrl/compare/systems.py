@@ -133,8 +133,8 @@ def system_key(system: System, ctx: Context) -> dict:
 def evaluated_rollout(cfg, ctx: Context, role: str = "trained") -> RolloutConfig:
     """A run's rollout as a comparison runs it: greedy, one episode a question, the comparison's seed,
     the training-only settings at their evaluation values; a start (`role`) writes its own answers,
-    which is what `answer_by: start` asks of it."""
-    answer_by = "policy" if role == "start" else cfg.rollout.answer_by
+    which is what `answer_by: start` asks of it (under `base`, the base writes both's)."""
+    answer_by = "policy" if role == "start" and cfg.rollout.answer_by == "start" else cfg.rollout.answer_by
     return replace(cfg.rollout, temperature=0.0, n=1, seed=ctx.seed, answer_by=answer_by, **TRAINING_ONLY)
 
 
@@ -177,15 +177,16 @@ def _baseline(system: System, ctx: Context) -> list[list[Trajectory]]:
 
 
 def _lm_engine(model_name: str, artifact: Path | None, ctx: Context, compile_mode: str = "auto",
-               with_start: bool = False):
+               with_start: bool = False, switchable: bool = False):
     """An engine over `model_name` with `artifact`'s adapters; `with_start`: and the frozen start beside
-    them, switched to by `rollout.answer_by: start` (the hf engine: a compiled step would not see it).
-    One shared adapter is merged into the weights in float32, before any cast to `ctx.dtype`."""
+    them, switched to by `rollout.answer_by: start`; `switchable`: adapters left unmerged, switched off by
+    `rollout.answer_by: base` (either: the hf engine, since a compiled step would not see a switch).
+    Otherwise one shared adapter is merged into the weights in float32, before any cast to `ctx.dtype`."""
     lm, tok = load_policy(model_name, device=ctx.device)
     if artifact is not None:
-        lm = load_adapters(lm, artifact, with_start=with_start, merge=True)
+        lm = load_adapters(lm, artifact, with_start=with_start, merge=not (with_start or switchable))
     lm = lm.to(eval_dtype(ctx.dtype))
-    return make_engine("hf" if with_start else "auto", lm, tok, max_batch_size=ctx.batch_size,
+    return make_engine("hf" if with_start or switchable else "auto", lm, tok, max_batch_size=ctx.batch_size,
                        compile_mode=compile_mode)
 
 
@@ -204,7 +205,10 @@ def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
     # answer_by=start: a warm-started run's start is the adapter it saved beside its own (a run from the
     # base model answers with the base, adapters off); a start system answers with itself anyway
     with_start = system.role != "start" and answers_by_start(cfg)   # a start answers itself (evaluated_rollout)
-    engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile, with_start=with_start)
+    # answer_by=base (the run and its start alike), or start from the base model: adapters switched off
+    switchable = evaluated_rollout(cfg, ctx, system.role).answer_by != "policy"
+    engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile, with_start=with_start,
+                        switchable=switchable)
     return _agent_episodes(system, ctx, engine, ctx.retriever)
 
 

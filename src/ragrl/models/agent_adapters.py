@@ -27,6 +27,7 @@ from ragrl.errors import ModelError
 AGENT_ADAPTERS = "ragrl_agent_adapters"     # model attribute: {agent: adapter name}
 TRAINABLE = "ragrl_trainable_adapters"      # model attribute: adapter names that train
 REFERENCE_ADAPTER = "reference"             # the frozen copy of the adapter a run started from
+MERGED = "ragrl_merged_adapter"             # model attribute: a LoRA adapter was folded into its weights
 
 
 def make_agent_adapters(model: nn.Module, agents: list[str], trainable: set[str] | None = None) -> dict[str, str]:
@@ -99,7 +100,11 @@ def load_adapters(base: nn.Module, adapter_dir: str | Path, *, with_start: bool 
         return model
     if not agents:
         model = PeftModel.from_pretrained(base, str(d))
-        return model.merge_and_unload() if merge else model
+        if not merge:
+            return model
+        merged = model.merge_and_unload()
+        setattr(merged, MERGED, True)   # no adapter left to switch off: `answer_by: base` refuses it
+        return merged
     model = PeftModel.from_pretrained(base, str(d / agents[0]), adapter_name=agents[0])
     for agent in agents[1:]:
         model.load_adapter(str(d / agent), adapter_name=agent)
@@ -152,6 +157,16 @@ def reference_context(model: nn.Module):
             restore_active(m, active)   # the reference is frozen again; the trainable adapters train
         return
     with (m.disable_adapter() if hasattr(m, "disable_adapter") else contextlib.nullcontext()):
+        yield
+
+
+@contextlib.contextmanager
+def adapters_off(model: nn.Module):
+    """Context in which `model` computes with its base weights, every LoRA adapter off (the frozen
+    `reference` too): `rollout.answer_by: base`'s answer writer. A model with no adapters is its base
+    already, unless an adapter was merged into it (refused by `check_start_can_answer`)."""
+    m = peft_model(model)
+    with (m.disable_adapter() if hasattr(m, "peft_config") else contextlib.nullcontext()):
         yield
 
 

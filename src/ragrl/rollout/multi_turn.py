@@ -107,8 +107,8 @@ def run_episodes(
     never interrupted, but an episode past its deadline ends before its next turn, ungenerated.
     """
     rollout_start = time.monotonic()   # at entry: building the prompts counts against max_rollout_s
-    if cfg.answer_by == "start":
-        check_start_can_answer(engine, protocol)
+    if cfg.answer_by != "policy":
+        check_start_can_answer(engine, protocol, cfg.answer_by)
     # Every episode of this runner starts with the rollout, so its own clock starts at entry too.
     deadline = episode_deadline(cfg, rollout_start, episode_start=rollout_start)
     tok = engine.tokenizer
@@ -146,10 +146,10 @@ def run_episodes(
     for st in states:
         if not st.done:
             st.end(EpisodeEnd.MAX_TURNS)
-    if cfg.answer_by == "start":
+    if cfg.answer_by != "policy":
         answer_by_start(engine, protocol, [AnsweringTurn(st.traj, st.turn_start, st.turn_opening) for st in states
                                            if st.traj.stop_reason == EpisodeEnd.ANSWER],
-                        cfg.max_turn_tokens, cfg.max_response_tokens, stats)
+                        cfg.max_turn_tokens, cfg.max_response_tokens, stats, cfg.answer_by)
     stats["timeouts"] = sum(st.traj.stop_reason == EpisodeEnd.TIMEOUT for st in states)
     return [st.traj for st in states], stats
 
@@ -167,7 +167,7 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
                     _time_out(st, None, tok)
         for st in states:
             if not st.done:
-                _open_turn(st, cfg)   # under answer_by: start a last turn ends the episode for the start to answer
+                _open_turn(st, cfg)   # under answer_by: start/base a last turn ends the episode for it to answer
         active = [st for st in states if not st.done]
         if not active:
             break
@@ -317,13 +317,13 @@ def _write_opening(st: _State, text: str, ids: list[int]) -> None:
 def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
     """Before an episode's last turn (`rollout.last_action: answer`): append the answer opening, masked
     (the runner wrote it), and let the turn's text start with it, so the turn parses as the answer
-    it is made to be. Under `answer_by: start` the turn ends there, for the start to write."""
+    it is made to be. Under `answer_by: start` (or `base`) the turn ends there, for it to write."""
     if st.closing is None or st.traj.num_turns != cfg.max_turns - 1:
         return
     text, _ = st.closing
     _write_opening(st, *st.closing)
     t = st.traj
-    if cfg.answer_by == "start":   # the start writes the rest (answer_by_start): the policy writes nothing here
+    if cfg.answer_by != "policy":   # the start (or base) writes the rest (answer_by_start): the policy writes nothing here
         st.turn_start, st.turn_opening, st.opening = len(t.token_ids), text, ""
         t.num_turns += 1
         t.turns.append(Turn(action_text=text, kind="answer"))

@@ -1,4 +1,5 @@
-"""`rollout.answer_by: start`: the weights a run started from write every answer (s3's frozen generator).
+"""`rollout.answer_by: start` (or `base`): the weights a run started from (or the base model, every
+adapter off) write every answer (s3's frozen generator).
 
 When a searcher and its reader share one LoRA adapter, a reward on what the searches found trains
 the query turns and leaves the answer turn to drift with them (issue #53's candidate J: searches
@@ -6,8 +7,12 @@ better, F1 4 points worse). s3 trains only the searcher and answers with a froze
 the frozen generator is the policy the run started from (its SFT adapter, kept as the KL
 `reference`; the base model for a run without one), so the searcher's training cannot move it.
 
+`base` is for a warm start that reads badly: an SFT adapter taught on episodes that end in searches
+can write its last query back as the answer (issue #53's candidate P: 37% of its start's answers on
+`agent-confirm`), so F1 would then score the query's words, not what the passages let a reader say.
+
 After the episodes are played, each turn that answered is cut just after its answer tag, and the
-start writes the rest greedily, all of them in one batched `generate`. The policy's own answer
+start (or base) writes the rest greedily, all of them in one batched `generate`. The policy's own answer
 tokens are dropped; the start's are appended with action_mask 0 and log-prob 0, as an observation's
 are (the policy did not write them, so no loss may credit it with them), and the turn is parsed
 again: an answer the start leaves unclosed is a format error, as the policy's would be.
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError, RagrlError
-from ragrl.models.agent_adapters import peft_model, reference_context
+from ragrl.models.agent_adapters import MERGED, adapters_off, peft_model, reference_context
 from ragrl.rollout.protocol import TextProtocol
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 
@@ -33,20 +38,25 @@ class AnsweringTurn:
     opening: str = ""        # text the runner wrote in front of the turn (rollout.first_action)
 
 
-def check_start_can_answer(engine: Engine, protocol: TextProtocol) -> None:
-    """Refuse `answer_by: start` where it cannot act, before any episode is played: a protocol with no
-    answer tags, an engine with no LoRA module to switch, or a compiled decode step (which would not
-    see the switch)."""
+def check_start_can_answer(engine: Engine, protocol: TextProtocol, writer: str = "start") -> None:
+    """Refuse `answer_by: <writer>` where it cannot act, before any episode is played: a protocol with no
+    answer tags, an engine with no LoRA module to switch (under `base`, a plain model is the base
+    already, unless an adapter was merged into it), or a compiled decode step (which would not see the
+    switch)."""
     if getattr(protocol, "answer", None) is None:
-        raise ConfigError(f"rollout.answer_by=start: protocol {protocol.name!r} has no answer tags for the start "
-                          "to continue after; set rollout.answer_by=policy")
+        raise ConfigError(f"rollout.answer_by={writer}: protocol {protocol.name!r} has no answer tags for the "
+                          f"{writer} to continue after; set rollout.answer_by=policy")
     module = getattr(engine, "model", None)
-    if module is None or not hasattr(peft_model(module), "peft_config"):
-        raise ConfigError("rollout.answer_by=start needs an engine over a LoRA (peft) policy, whose start "
-                          f"weights it switches to; this {type(engine).__name__} has none (model.lora=true, "
-                          "model.engine=hf)")
+    peft = module is not None and hasattr(peft_model(module), "peft_config")
+    if writer == "base" and module is not None and not peft and not getattr(module, MERGED, False):
+        pass   # no adapter at all: the model is the base, which answers as it is
+    elif not peft:
+        raise ConfigError(f"rollout.answer_by={writer} needs an engine over a LoRA (peft) policy, whose "
+                          f"{writer} weights it switches to; this {type(engine).__name__} has none"
+                          f"{' (its adapter was merged into the weights)' if getattr(module, MERGED, False) else ''} "
+                          "(model.lora=true, model.engine=hf)")
     if getattr(engine, "compile_mode", "off") != "off":
-        raise ConfigError("rollout.answer_by=start switches adapters between calls, which a compiled decode "
+        raise ConfigError(f"rollout.answer_by={writer} switches adapters between calls, which a compiled decode "
                           "step would not see: set model.engine=hf (or model.compile=off)")
 
 
@@ -69,9 +79,10 @@ def tag_end(tokenizer, ids: list[int], tag: str) -> int:
 
 
 def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[AnsweringTurn], max_turn_tokens: int,
-                    max_response_tokens: int, stats: dict) -> None:
-    """Replace what follows the answer tag of each turn in `turns` with the start's greedy
-    continuation (see the module docstring); `stats` gains the tokens and time as generate's."""
+                    max_response_tokens: int, stats: dict, writer: str = "start") -> None:
+    """Replace what follows the answer tag of each turn in `turns` with the greedy continuation of
+    `writer` (`start`: the run's start; `base`: the base model, adapters off; see the module
+    docstring); `stats` gains the tokens and time as generate's."""
     if not turns:
         return
     t0 = time.perf_counter()
@@ -84,7 +95,7 @@ def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[Answerin
                                                        max_response_tokens - (cut - t.traj.prompt_len))),
                              temperature=0.0, stop=[closer], n=1, seed=0)
               for t, cut in zip(turns, cuts)]
-    with reference_context(engine.model):
+    with (adapters_off if writer == "base" else reference_context)(engine.model):
         generations = engine.generate([t.traj.token_ids[:cut] for t, cut in zip(turns, cuts)], params)
     for t, cut, (g, *_) in zip(turns, cuts, generations):
         traj = t.traj

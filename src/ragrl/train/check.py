@@ -270,17 +270,19 @@ def check_last_action(cfg: TrainConfig) -> None:
 
 
 def check_answer_by(cfg: TrainConfig) -> None:
-    """rollout.answer_by=start needs an LM policy that plays multi-turn episodes with tagged answers, a
-    LoRA adapter (the start is kept as a frozen adapter beside it) and an engine that can switch to it."""
-    if cfg.rollout.answer_by != "start":
+    """rollout.answer_by=start (or base) needs an LM policy that plays multi-turn episodes with tagged
+    answers, a LoRA adapter (the start is kept as a frozen adapter beside it; the base is the model with
+    every adapter off) and an engine that can switch to it."""
+    writer = cfg.rollout.answer_by
+    if writer == "policy":
         return
-    _require_protocol_part(cfg, "answer", "rollout.answer_by=start lets the run's start write the answers of a "
-                           "multi-turn agent", "tagged answer turn", "rollout.answer_by=policy")
+    _require_protocol_part(cfg, "answer", f"rollout.answer_by={writer} lets the run's {writer} write the answers "
+                           "of a multi-turn agent", "tagged answer turn", "rollout.answer_by=policy")
     if not cfg.model.lora:
-        raise ConfigError("rollout.answer_by=start needs model.lora=true: the start writes the answers from a "
-                          "frozen adapter beside the trained one, and a full fine-tune keeps no such copy")
+        raise ConfigError(f"rollout.answer_by={writer} needs model.lora=true: the {writer} writes the answers with "
+                          "the trained adapter switched off, and a full fine-tune has none to switch")
     if cfg.model.engine not in ("auto", "hf"):
-        raise ConfigError(f"rollout.answer_by=start switches LoRA adapters between calls, which model.engine="
+        raise ConfigError(f"rollout.answer_by={writer} switches LoRA adapters between calls, which model.engine="
                           f"{cfg.model.engine} cannot: set model.engine=hf (or auto)")
 
 
