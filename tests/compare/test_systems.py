@@ -47,34 +47,29 @@ def test_runs_that_differ_only_in_how_they_trained_share_their_starts_key():
     assert base["rollout"]["temperature"] == 0.0 and base["rollout"]["n"] == 1
 
 
+def _learn_key(role, *overrides):
+    """The comparison key of a `search_r1_grpo --variant learn` run's system in `role`, under `overrides`."""
+    ctx = Context(samples=[{"id": "q1", "question": "Who?", "answers": ["x"]}], corpus=None, retriever=None,
+                  setting=SETTING, reader="r")
+    cfg = load_train_config("search_r1_grpo", list(overrides), "learn")
+    run = RunRecord(Path("r"), "r", cfg, METHODS["search_r1"], "agent", Path("r/final_adapter"), None, SETTING)
+    return system_key(System("r", role, run, None), ctx)
+
+
 def test_answer_by_start_changes_a_trained_runs_key_but_not_its_starts():
     """A start writing its own answers is what `rollout.answer_by: start` asks of it: its key (and cached
     episodes) are the plain run's; the trained policy's are not."""
-    ctx = Context(samples=[{"id": "q1", "question": "Who?", "answers": ["x"]}], corpus=None, retriever=None,
-                  setting=SETTING, reader="r")
-
-    def key(role, *overrides):
-        cfg = load_train_config("search_r1_grpo", list(overrides), "learn")
-        run = RunRecord(Path("r"), "r", cfg, METHODS["search_r1"], "agent", Path("r/final_adapter"), None, SETTING)
-        return system_key(System("r", role, run, None), ctx)
-
-    assert key("start", "rollout.answer_by=start") == key("start")
-    assert key("trained", "rollout.answer_by=start") != key("trained")
+    key = _learn_key
+    assert key("start", "rollout.answer_by=start") == key("start", "rollout.answer_by=policy")
+    assert key("trained", "rollout.answer_by=start") != key("trained", "rollout.answer_by=policy")
     assert key("trained", "rollout.answer_by=start")["rollout"]["answer_by"] == "start"
 
 
 def test_answer_by_base_changes_the_starts_key_too_since_the_base_writes_both_answers():
     """Under `rollout.answer_by: base` the base model reads for the trained run and its start alike: the
     start's key is not the plain start's (its cached answers were its own), and both say `base`."""
-    ctx = Context(samples=[{"id": "q1", "question": "Who?", "answers": ["x"]}], corpus=None, retriever=None,
-                  setting=SETTING, reader="r")
-
-    def key(role, *overrides):
-        cfg = load_train_config("search_r1_grpo", list(overrides), "learn")
-        run = RunRecord(Path("r"), "r", cfg, METHODS["search_r1"], "agent", Path("r/final_adapter"), None, SETTING)
-        return system_key(System("r", role, run, None), ctx)
-
-    assert key("start", "rollout.answer_by=base") != key("start")
+    key = _learn_key
+    assert key("start", "rollout.answer_by=base") != key("start", "rollout.answer_by=policy")
     assert key("start", "rollout.answer_by=base")["rollout"]["answer_by"] == "base"
     assert key("trained", "rollout.answer_by=base")["rollout"]["answer_by"] == "base"
     assert key("trained", "rollout.answer_by=base") != key("trained", "rollout.answer_by=start")

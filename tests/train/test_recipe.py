@@ -66,9 +66,11 @@ def one_step_overrides(cfg, out: Path, tiny_model_dir, demo_bm25_dir, small_dens
             "algo.minibatch_size=4", "algo.micro_batch_size=2", "critic_warmup=0",
             "rollout.n=2"]
     if cfg.policy == "lm":
+        # the fewest turns the recipe's episode shape allows: a forced second search needs a third turn
+        turns = 3 if cfg.rollout.second_action == "search" else 2
         sets += [f"model.name={tiny_model_dir}", "model.dtype=float32", "model.lora_layers=null",
                  f"data.index={demo_bm25_dir}", "data.corpus=null", "data.vectors=null",
-                 "rollout.max_turns=2", "rollout.max_turn_tokens=16", "rollout.max_response_tokens=48"]
+                 f"rollout.max_turns={turns}", "rollout.max_turn_tokens=16", "rollout.max_response_tokens=48"]
         if cfg.sft.steps > 0:
             sets += ["sft.steps=1", "sft.batch_size=2", "sft.max_questions=4"]
     else:
