@@ -1,0 +1,71 @@
+"""A comparison's run against its start, set by set (issue #53's `eval/` measurement).
+
+`ragrl compare` pools every `--data` file into one table; a result measured on `eval/` is reported per
+set too (HotpotQA, MuSiQue, 2Wiki) and pooled. This reads the comparison folder's questions and the
+run's and its start's episodes, and gives for each set and for all: the run's and the start's means with
+95% bootstrap CIs, and the run − start paired difference, for F1, answer@shown and the search gain
+(yes/no questions have no search gain and are left out of it, as in the comparison's own table). The
+statistics are `ragrl.eval.stats`'s, the cells `ragrl.eval.cells`'s. Seconds on a CPU.
+
+    .venv/bin/python -m experiments.search_agents.per_set --compare runs/learn_r_eval --run learn_r \\
+        --out experiments/search_agents/results/learn_r_eval_per_set
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
+from ragrl.eval.stats import ci_record, paired_record
+
+METRICS = ("f1", "answer_shown", "search_gain")
+
+
+def episodes(folder: Path, system: str) -> dict[str, dict]:
+    """The comparison's answering episode of `system` for each question id: its metrics."""
+    rows = (json.loads(line) for line in (folder / f"trajectories_{system}.jsonl").read_text().splitlines())
+    return {r["sample_id"]: r["metrics"] for r in rows}
+
+
+def per_set(folder: Path, run: str) -> dict:
+    questions = [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
+    trained, start = episodes(folder, run), episodes(folder, f"{run}_start")
+    sets: dict[str, list[str]] = {}
+    for q in questions:
+        sets.setdefault(q["dataset"], []).append(str(q["id"]))
+    sets["pooled"] = [str(q["id"]) for q in questions]
+    result = {}
+    for name, ids in sets.items():
+        entry = {"n": len(ids)}
+        for metric in METRICS:
+            pairs = [(start[i][metric], trained[i][metric]) for i in ids
+                     if start[i].get(metric) is not None and trained[i].get(metric) is not None]
+            a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+            # f1, answer@shown and the search gain are fractions (the gain in -1..1): points in the table
+            entry[metric] = {"start": ci_record(a), "run": ci_record(b), "run - start": paired_record(a, b)}
+        result[name] = entry
+    return result
+
+
+def table(result: dict) -> list[str]:
+    rows = [[name, str(e["n"]), *(cell for m in METRICS for cell in (ci_cell(e[m]["start"]), ci_cell(e[m]["run"]),
+                                                                      diff_cell(e[m]["run - start"])))]
+            for name, e in result.items()]
+    header = ["set", "n", *(f"{m} {who}" for m in METRICS for who in ("start", "run", "run − start"))]
+    return markdown_table(header, rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--compare", type=Path, required=True, help="a `ragrl compare` output folder")
+    ap.add_argument("--run", required=True, help="the run's row name in it (its start is `<run>_start`)")
+    ap.add_argument("--out", type=Path, required=True, help="where to write <out>.json and <out>.md")
+    args = ap.parse_args()
+    result = {"compare": str(args.compare), "run": args.run, "sets": per_set(args.compare, args.run)}
+    md = table(result["sets"])
+    write_results(args.out, result, md)   # and prints the table
+
+
+if __name__ == "__main__":
+    main()
