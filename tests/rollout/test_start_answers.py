@@ -171,9 +171,9 @@ def test_a_forced_last_answer_is_refused_where_it_cannot_act(two_adapters, index
 
 def test_answer_by_base_continues_as_the_base_model_with_every_adapter_off(two_adapters, index, tiny_model_dir):
     """`answer_by: base`: neither the policy's adapter nor the frozen start writes the answer but the
-    base model, adapters off (the tiny model's `default` has B = 0, so the policy is scripted to tell
-    the base's call apart: peft's disable_adapter leaves the active adapter named, so the engine
-    records which weights computed by comparing logits)."""
+    base model, adapters off. The policy's `default` adapter is given random weights so that it differs
+    from the base; peft's disable_adapter leaves the active adapter's name as it was, so the engine
+    tells which weights computed each call by comparing a probe's logits with the bare model's."""
     model, tok = two_adapters
     with torch.no_grad():   # a policy adapter unlike the base, so a policy-written answer would differ
         gen = torch.Generator().manual_seed(1)
