@@ -219,22 +219,24 @@ def test_a_run_whose_start_writes_its_answers_is_refused_without_that_start(runs
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.parametrize("writer", ["base", "reader"])
 def test_a_run_read_by_the_base_keeps_its_and_its_starts_adapters_unmerged(runs, tmp_path, tiny_model_dir,
-                                                                          demo_bm25_dir):
-    """`rollout.answer_by: base`: the trained run and its start are both read by the base model, so both
-    are loaded with their adapter unmerged (a merged one could not be switched off, and is refused when
-    the episodes start), and both keys say `base`, so neither reuses answers the start wrote itself."""
+                                                                          demo_bm25_dir, writer):
+    """`rollout.answer_by: base` (or `reader`): the trained run and its start are both read by the base
+    model, so both are loaded with their adapter unmerged (a merged one could not be switched off, and
+    is refused when the episodes start), and both keys name the writer, so neither reuses answers the
+    start wrote itself."""
     import shutil
 
     copy = tmp_path / "search_r1_grpo"
     shutil.copytree(runs["search_r1_grpo"], copy)
     config = (copy / "config.yaml").read_text()
     assert "answer_by: start" in config
-    (copy / "config.yaml").write_text(config.replace("answer_by: start", "answer_by: base"))
+    (copy / "config.yaml").write_text(config.replace("answer_by: start", f"answer_by: {writer}"))
     out = tmp_path / "cmp"
     table = run_comparison([copy], data=["demo-eval"], n=2, out=out, index=str(demo_bm25_dir),
                            reader=str(tiny_model_dir), batch_size=2)
     assert set(table["rows"]) == {"direct", "naive_rag", "search_r1_grpo (start)", "search_r1_grpo"}
     keys = {m["name"]: m["key"] for m in map(json.loads, map(Path.read_text, (out / "systems").glob("*.json")))}
-    assert keys["search_r1_grpo"]["rollout"]["answer_by"] == "base"
-    assert keys["search_r1_grpo (start)"]["rollout"]["answer_by"] == "base"
+    assert keys["search_r1_grpo"]["rollout"]["answer_by"] == writer
+    assert keys["search_r1_grpo (start)"]["rollout"]["answer_by"] == writer

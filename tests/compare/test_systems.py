@@ -73,3 +73,7 @@ def test_answer_by_base_changes_the_starts_key_too_since_the_base_writes_both_an
     assert key("start", "rollout.answer_by=base")["rollout"]["answer_by"] == "base"
     assert key("trained", "rollout.answer_by=base")["rollout"]["answer_by"] == "base"
     assert key("trained", "rollout.answer_by=base") != key("trained", "rollout.answer_by=start")
+    # the reader (the base over the episode's passages, naive RAG's prompt) is another writer again
+    assert key("start", "rollout.answer_by=reader") not in (key("start", "rollout.answer_by=base"),
+                                                           key("start", "rollout.answer_by=policy"))
+    assert key("trained", "rollout.answer_by=reader")["rollout"]["answer_by"] == "reader"

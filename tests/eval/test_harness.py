@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from ragrl.eval.baselines import baseline_answer
+from ragrl.rollout.baselines import baseline_answer
 from ragrl.rollout.protocol import get_protocol
 from ragrl.datasets import load_questions
 from ragrl.errors import ConfigError

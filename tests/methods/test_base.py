@@ -21,8 +21,7 @@ from ragrl.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, uniform_es
 from ragrl.errors import ConfigError
 from ragrl.methods import METHODS, Method, register_method, unregister_method
 from ragrl.rewards.qa import answer_of, f1_score, golds_of
-from ragrl.rollout.multi_turn import chat_ids
-from ragrl.rollout.protocol import PROTOCOLS, Action, TextProtocol, get_protocol
+from ragrl.rollout.protocol import PROTOCOLS, Action, TextProtocol, chat_ids, get_protocol
 from ragrl.rollout.snippets import format_hits
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 from ragrl.train.recipe import load_train_config, run_recipe

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
+from ragrl.rollout.baselines import baseline_answer, direct_messages, naive_rag_messages
 from ragrl.methods.r1_searcher import R1SearcherProtocol
 from ragrl.methods.rag_r1 import RagR1Protocol
 from ragrl.methods.search_r1 import SearchR1Protocol

@@ -1,4 +1,5 @@
-"""`rollout.answer_by: start`: the frozen start writes each answer after the policy's answer tag.
+"""`rollout.answer_by: start` (`base`, `reader`): the frozen start (the base model; the base model
+reading the episode's passages with naive RAG's prompt) writes each answer after the policy's answer tag.
 
 A tiny Llama under two real LoRA adapters (the policy's `default` and a `reference` with other
 weights, as a warm-started run holds them) and a real BM25 index. The policy's turns are scripted
@@ -18,6 +19,10 @@ from ragrl.models.agent_adapters import REFERENCE_ADAPTER, load_adapters
 from ragrl.models.lm_weights import load_policy
 from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.multi_turn import run_episodes
+from ragrl.retrieval.base import Hit
+from ragrl.rollout.baselines import BASELINE_ANSWER_TOKENS, baseline_answer, naive_rag_messages
+from ragrl.rollout.protocol import chat_ids
+from ragrl.rollout.snippets import snippet
 from ragrl.rollout.start_answers import check_start_can_answer
 from ragrl.rollout.trajectory import EpisodeEnd
 
@@ -222,3 +227,58 @@ def test_answer_by_base_is_refused_over_a_merged_adapter_but_a_bare_model_is_its
     check_start_can_answer(HFEngine(bare, tok), SearchR1Protocol(), "base")
     with pytest.raises(ConfigError, match="answer_by=start needs an engine over a LoRA"):
         check_start_can_answer(HFEngine(bare, tok), SearchR1Protocol(), "start")
+
+
+def test_answer_by_reader_is_the_base_model_reading_the_episodes_passages_with_naive_rags_prompt(
+        two_adapters, index, tiny_model_dir):
+    """`answer_by: reader`: once the policy's searches are spent, the base model (adapters off) answers
+    from naive RAG's prompt over the episode's distinct passages, in the order shown and cut to their
+    snippets; its first line is the answer, appended masked and closed, and it makes no format error
+    (a random base writes no closing tag, which under `base` is one)."""
+    model, tok = two_adapters
+    with torch.no_grad():   # a policy adapter unlike the base
+        gen = torch.Generator().manual_seed(1)
+        for name, p in model.named_parameters():
+            if "lora_B.default" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 2.0)
+    bare, _ = load_policy(str(tiny_model_dir))
+    probe = tok.encode("Who", add_special_tokens=False)
+    seen: list[tuple[bool, list[list[int]]]] = []     # per call: every adapter off?, its prompts
+
+    class Recording(PolicyScriptedStartReal):
+        def generate(self, prompts, params):
+            with torch.no_grad():
+                off = bool(torch.allclose(model(torch.tensor([probe])).logits, bare(torch.tensor([probe])).logits,
+                                          atol=1e-5))
+            seen.append((off, [list(p) for p in prompts]))
+            return self.real.generate(prompts, params) if off else super().generate(prompts, params)
+
+    question = "Who directed Jaws?"
+    searches = ["<think>a</think>\n<search> Jaws director </search>", "<think>b</think>\n<search> shark film </search>"]
+    engine = Recording(model, tok, {question: searches, "Where is Paris?": ["<think>hm</think>", ("", "eos")]})
+    cfg = _cfg(answer_by="reader", last_action="answer", passage_words=12)
+    (traj, unanswered), stats = run_episodes(engine, SearchR1Protocol(), index, [
+        {"id": "q", "question": question, "answers": ["x"]}, {"id": "p", "question": "Where is Paris?", "answers": ["y"]}],
+        cfg)
+    assert [off for off, _ in seen] == [False, False, True] and model.active_adapter == "default"
+    # the reader's one call holds the one answering episode, and its prompt is naive RAG's own
+    (_, (reader_prompt,)) = seen[-1]
+    hits = traj.shown_hits()
+    assert [h.id for h in hits] == [pid for pid, _ in traj.shown_passages()] and len(hits) > 3
+    first = index.search(["Jaws director"], cfg.topk)[0]
+    assert [(h.title, h.text) for h in hits[:len(first)]] == [(h.title, h.text) for h in first]
+    cut = [Hit(id=h.id, title=h.title, text=snippet(h.text, question, 12), score=0.0) for h in hits]
+    assert reader_prompt == chat_ids(tok, naive_rag_messages(question, cut))
+    # its answer is the base's greedy reply's first line, closed and masked; the policy wrote none of it
+    reply = HFEngine(bare, tok).generate([reader_prompt], SamplingParams(
+        max_new_tokens=BASELINE_ANSWER_TOKENS, temperature=0.0, stop=["\n"]))[0][0]
+    expected = baseline_answer(reply.text.replace("<|im_end|>", ""))
+    assert traj.answer == expected and traj.format_errors == 0 and traj.stop_reason == EpisodeEnd.ANSWER
+    tail = tok.encode(f" {expected} </answer>", add_special_tokens=False)
+    assert traj.token_ids[-len(tail):] == tail and traj.action_mask[-len(tail):] == [0] * len(tail)
+    assert sum(traj.action_mask) == sum(len(tok.encode(t, add_special_tokens=False)) for t in searches)
+    assert traj.turns[-1].kind == "answer" and traj.turns[-1].action_text.endswith(f" {expected} </answer>")
+    assert unanswered.answer is None and unanswered.stop_reason != EpisodeEnd.ANSWER
+    assert stats["gen_tokens"] >= len(reply.token_ids)
+    # a bare model is its own base; a merged adapter cannot be switched off
+    check_start_can_answer(HFEngine(bare, tok), SearchR1Protocol(), "reader")

@@ -185,7 +185,7 @@ def register(app: typer.Typer) -> None:
             from ragrl.models.agent_adapters import load_adapters  # late: keeps `ragrl --help` instant
 
             # answer_by=start: a warm-started run's answers come from the start saved beside its adapter;
-            # answer_by=base: from the base model, so the adapter stays unmerged, to be switched off
+            # answer_by=base or reader: from the base model, so the adapter stays unmerged, to be switched off
             with_start = trained is not None and answers_by_start(trained)
             lm = load_adapters(lm, adapter, with_start=with_start, merge=rollout.answer_by == "policy")
         lm = lm.to(weights)   # after the merge, which is done in float32

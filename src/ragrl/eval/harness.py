@@ -16,16 +16,15 @@ from typing import Any, Callable
 
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError
-from ragrl.eval.baselines import baseline_answer, direct_messages, naive_rag_messages
 from ragrl.eval.batches import in_batches
 from ragrl.eval.search_gain import annotate_search_gain, records_shown_passages
 from ragrl.eval.search_payoff import search_events
 from ragrl.eval.stats import SEARCH_METRICS, summarize
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards.qa import cover_em, exact_match, f1_score
+from ragrl.rollout.baselines import BASELINE_ANSWER_TOKENS, baseline_answer, direct_messages, naive_rag_messages
 from ragrl.rollout.config import TRAINING_ONLY, RolloutConfig
-from ragrl.rollout.multi_turn import chat_ids
-from ragrl.rollout.protocol import default_text_protocol, get_protocol
+from ragrl.rollout.protocol import chat_ids, default_text_protocol, get_protocol
 from ragrl.rollout.runners import answering, episodes_by_question, run_agent
 from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
@@ -40,7 +39,7 @@ class EvalConfig:
     n: int = 200                      # questions (the first n of the file, in file order)
     batch_size: int = 32
     topk: int = 3                     # naive_rag passages (the agent uses rollout.topk)
-    max_answer_tokens: int = 32       # baselines' answer budget
+    max_answer_tokens: int = BASELINE_ANSWER_TOKENS   # baselines' answer budget
     seed: int = 0
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(temperature=0.0))
     # The agent's runner's own settings (its method's section, at their evaluation values:

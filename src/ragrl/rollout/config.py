@@ -53,14 +53,16 @@ class RolloutConfig:
         "reason `retrieved`; the last search's passages are recorded, not shown), so a reward on what "
         "the searches found trains the query writer without the turns after them (DeepRetrieval's "
         "setup, R1-Searcher's stage 1). Evaluation always runs whole episodes. null: off."))
-    answer_by: Literal["policy", "start", "base"] = setting("policy", help=(
+    answer_by: Literal["policy", "start", "base", "reader"] = setting("policy", help=(
         "Who writes an answer's text after the protocol's answer tag. policy: the policy. start: the "
         "weights the run started from (model.reference_adapter or else model.init_adapter, kept frozen "
         "as the KL reference; the base model without one), greedily, in training and evaluation alike: s3's frozen generator, so "
         "training the searcher cannot move the reader. base: the base model (model.name, every LoRA "
         "adapter off), greedily, for the run and its start alike: a reader no warm start taught to "
-        "write its queries back as answers. Those tokens are masked out of every loss. "
-        "Needs a LoRA policy and the hf engine."))
+        "write its queries back as answers. reader: the base model, adapters off, answers from naive "
+        "RAG's own prompt over the episode's distinct shown passages (their snippets, naive RAG's "
+        "answer budget), not by continuing the transcript: s3's generator, which cannot make a format "
+        "error. Those tokens are masked out of every loss. Needs a LoRA policy and the hf engine."))
     topk: int = setting(3, help="Passages retrieved per query.")
     temperature: float = setting(1.0, help=(
         "Sampling temperature of the policy's training rollouts (evaluation decodes greedily). 0: greedy."))

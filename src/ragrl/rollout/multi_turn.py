@@ -31,9 +31,9 @@ from ragrl.errors import ConfigError
 from ragrl.retrieval.base import DocumentSampler, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.config import RolloutConfig
-from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol
+from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
 from ragrl.rollout.observations import build_observations
-from ragrl.rollout.start_answers import AnsweringTurn, answer_by_start, check_start_can_answer
+from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -69,14 +69,6 @@ def episode_deadline(cfg: RolloutConfig, rollout_start: float, episode_start: fl
             raise ConfigError(f"rollout.{name} must be a number of seconds > 0 (or null: no bound), got {seconds!r}")
         bounds.append(start + seconds)
     return min(bounds, default=None)
-
-
-def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """Chat-templated ids of `messages` with the generation prompt appended."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions return a BatchEncoding
-        ids = ids["input_ids"]
-    return list(ids)
 
 
 def prompt_ids(tokenizer, protocol: TextProtocol, question: str) -> list[int]:
@@ -146,10 +138,13 @@ def run_episodes(
     for st in states:
         if not st.done:
             st.end(EpisodeEnd.MAX_TURNS)
-    if cfg.answer_by != "policy":
-        answer_by_start(engine, protocol, [AnsweringTurn(st.traj, st.turn_start, st.turn_opening) for st in states
-                                           if st.traj.stop_reason == EpisodeEnd.ANSWER],
-                        cfg.max_turn_tokens, cfg.max_response_tokens, stats, cfg.answer_by)
+    answering = [AnsweringTurn(st.traj, st.turn_start, st.turn_opening) for st in states
+                 if st.traj.stop_reason == EpisodeEnd.ANSWER]
+    if cfg.answer_by == "reader":
+        answer_by_reader(engine, protocol, answering, cfg.passage_words, stats)
+    elif cfg.answer_by != "policy":
+        answer_by_start(engine, protocol, answering, cfg.max_turn_tokens, cfg.max_response_tokens, stats,
+                        cfg.answer_by)
     stats["timeouts"] = sum(st.traj.stop_reason == EpisodeEnd.TIMEOUT for st in states)
     return [st.traj for st in states], stats
 
@@ -167,7 +162,7 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
                     _time_out(st, None, tok)
         for st in states:
             if not st.done:
-                _open_turn(st, cfg)   # under answer_by: start/base a last turn ends the episode for it to answer
+                _open_turn(st, cfg)   # under answer_by: start/base/reader a last turn ends the episode for it to answer
         active = [st for st in states if not st.done]
         if not active:
             break
@@ -317,13 +312,13 @@ def _write_opening(st: _State, text: str, ids: list[int]) -> None:
 def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
     """Before an episode's last turn (`rollout.last_action: answer`): append the answer opening, masked
     (the runner wrote it), and let the turn's text start with it, so the turn parses as the answer
-    it is made to be. Under `answer_by: start` (or `base`) the turn ends there, for it to write."""
+    it is made to be. Under `answer_by: start` (`base`, `reader`) the turn ends there, for it to write."""
     if st.closing is None or st.traj.num_turns != cfg.max_turns - 1:
         return
     text, _ = st.closing
     _write_opening(st, *st.closing)
     t = st.traj
-    if cfg.answer_by != "policy":   # the start (or base) writes the rest (answer_by_start): the policy writes nothing here
+    if cfg.answer_by != "policy":   # the start (base, reader) writes the rest: the policy writes nothing here
         st.turn_start, st.turn_opening, st.opening = len(t.token_ids), text, ""
         t.num_turns += 1
         t.turns.append(Turn(action_text=text, kind="answer"))

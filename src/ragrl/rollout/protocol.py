@@ -182,3 +182,11 @@ def get_protocol(name: str | TextProtocol, **kwargs) -> TextProtocol:
         return cls(**kwargs)
     except TypeError as exc:  # an option the protocol does not have
         raise ConfigError(f"protocol {name!r}: {exc}") from None
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Chat-templated ids of `messages` with the generation prompt appended."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)

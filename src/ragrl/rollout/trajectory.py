@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ragrl.retrieval.base import Hit
 from ragrl.retrieval.stochastic import RetrievalAction
 
 
@@ -98,17 +99,30 @@ class Trajectory:
     def retrieved_ids(self) -> list[str]:
         return [pid for t in self.turns for ids in t.passage_ids for pid in ids]
 
-    def shown_passages(self) -> list[tuple[str, str]]:
-        """(id, text) of every distinct passage the episode's searches retrieved, in the order they
-        came (search by search, query by query, rank by rank); text "" where none was recorded."""
-        seen: dict[str, str] = {}
+    def _shown(self) -> list[tuple[str, str, str]]:
+        """(id, title, "title text") of every distinct passage the episode's searches retrieved, in
+        the order they came (search by search, query by query, rank by rank); "" where none was recorded."""
+        seen: dict[str, tuple[str, str, str]] = {}
         for turn in self.turns:
             for i, ids in enumerate(turn.passage_ids):
+                titles = turn.passage_titles[i] if i < len(turn.passage_titles) else []
                 texts = turn.passage_texts[i] if i < len(turn.passage_texts) else []
                 for j, pid in enumerate(ids):
                     if pid not in seen:
-                        seen[pid] = texts[j] if j < len(texts) else ""
-        return list(seen.items())
+                        seen[pid] = (pid, titles[j] if j < len(titles) else "", texts[j] if j < len(texts) else "")
+        return list(seen.values())
+
+    def shown_passages(self) -> list[tuple[str, str]]:
+        """(id, "title text") of every distinct passage the episode's searches retrieved, in the order
+        they came (search by search, query by query, rank by rank); text "" where none was recorded."""
+        return [(pid, full) for pid, _, full in self._shown()]
+
+    def shown_hits(self) -> list[Hit]:
+        """The same passages as `shown_passages`, as hits: each title, and its text without the title
+        in front (as the index holds it; what a reader is shown)."""
+        return [Hit(id=pid, title=title, score=0.0,
+                    text=full[len(title):].strip() if title and full.startswith(title) else full)
+                for pid, title, full in self._shown()]
 
     def to_dict(self) -> dict:
         return asdict(self)

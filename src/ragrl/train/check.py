@@ -270,7 +270,7 @@ def check_last_action(cfg: TrainConfig) -> None:
 
 
 def check_answer_by(cfg: TrainConfig) -> None:
-    """rollout.answer_by=start (or base) needs an LM policy that plays multi-turn episodes with tagged
+    """rollout.answer_by=start (base, reader) needs an LM policy that plays multi-turn episodes with tagged
     answers, a LoRA adapter (the start is kept as a frozen adapter beside it; the base is the model with
     every adapter off) and an engine that can switch to it."""
     writer = cfg.rollout.answer_by

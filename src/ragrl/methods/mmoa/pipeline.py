@@ -48,7 +48,8 @@ from ragrl.methods.mmoa.protocol import (
 from ragrl.models.agent_adapters import activate_agent
 from ragrl.retrieval.base import Hit, Retriever
 from ragrl.rollout.config import RolloutConfig
-from ragrl.rollout.multi_turn import chat_ids, episode_deadline
+from ragrl.rollout.multi_turn import episode_deadline
+from ragrl.rollout.protocol import chat_ids
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 

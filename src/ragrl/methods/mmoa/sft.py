@@ -15,8 +15,7 @@ import random
 from ragrl.datasets import load_questions
 from ragrl.methods.mmoa.protocol import MMOAProtocol, split_budget
 from ragrl.retrieval.base import Retriever
-from ragrl.rollout.multi_turn import chat_ids
-from ragrl.rollout.protocol import get_protocol
+from ragrl.rollout.protocol import chat_ids, get_protocol
 from ragrl.rollout.trajectory import Trajectory, Turn
 
 log = logging.getLogger("ragrl.sft")

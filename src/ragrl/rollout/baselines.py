@@ -14,6 +14,9 @@ from ragrl.retrieval.base import Hit
 from ragrl.rollout.snippets import format_hits, squash
 
 BASELINE_SYSTEM = "Answer the question with a few words on one line. Do not explain."
+# A baseline's answer budget in tokens (greedy, up to its first newline): naive RAG's, and the
+# reader's of `rollout.answer_by: reader`, which reads an episode's passages with naive RAG's prompt.
+BASELINE_ANSWER_TOKENS = 32
 
 
 def _question(question: str) -> str:
