@@ -38,7 +38,7 @@ def test_search_r1_gpu_script_dry_run(tiny_model_dir, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + (out / "train.log").read_text()[-3000:]
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     # the variant's own settings with the paper-like batch's overrides (here shrunk)
-    assert cfg["rollout"]["first_action"] == "question" and cfg["rollout"]["answer_by"] == "base"
+    assert cfg["rollout"]["first_action"] == "question" and cfg["rollout"]["answer_by"] == "reader"
     assert cfg["questions_per_step"] == 2 and cfg["rollout"]["n"] == 2
     assert cfg["algo"]["minibatch_size"] == 2 and cfg["algo"]["micro_batch_size"] == 2
     assert cfg["reward"] == {"f1": 0.0, "answer_rank": 1.0, "search_gain": 1.0, "gold_recall": 1.0}
