@@ -26,7 +26,6 @@ from ragrl.rollout.baselines import BASELINE_ANSWER_TOKENS, baseline_answer, dir
 from ragrl.rollout.config import TRAINING_ONLY, RolloutConfig
 from ragrl.rollout.protocol import chat_ids, default_text_protocol, get_protocol
 from ragrl.rollout.runners import answering, episodes_by_question, run_agent
-from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 SYSTEMS = ("direct", "naive_rag", "agent")
@@ -89,8 +88,7 @@ def naive_rag(engine: Engine, search: Callable, samples: list[dict], cfg: EvalCo
     splits them. Each hop is recorded as a search turn whose query is the question (a later hop adds
     what earlier ones found to the question's embedding, not to its text), then the answer turn."""
     hits = search([s["question"] for s in samples], cfg.topk)
-    msgs = [naive_rag_messages(s["question"], [replace(h, text=snippet(h.text, s["question"], cfg.rollout.passage_words))
-                                              for h in hs]) for s, hs in zip(samples, hits)]
+    msgs = [naive_rag_messages(s["question"], hs, cfg.rollout.passage_words) for s, hs in zip(samples, hits)]
     trajs = run_single_turn(engine, samples, msgs, cfg)
     for s, t, hs in zip(samples, trajs, hits):
         size = hop_size or max(len(hs), 1)

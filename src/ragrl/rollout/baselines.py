@@ -9,9 +9,11 @@ No tags: a baseline answers in plain text and `baseline_answer` takes its first 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit
-from ragrl.rollout.snippets import format_hits, squash
+from ragrl.rollout.snippets import format_hits, snippet, squash
 
 BASELINE_SYSTEM = "Answer the question with a few words on one line. Do not explain."
 # A baseline's answer budget in tokens (greedy, up to its first newline): naive RAG's, and the
@@ -33,9 +35,13 @@ def direct_messages(question: str) -> list[dict[str, str]]:
     ]
 
 
-def naive_rag_messages(question: str, hits: list[Hit]) -> list[dict[str, str]]:
-    """Retrieve once with the question, put the passages before it."""
+def naive_rag_messages(question: str, hits: list[Hit], passage_words: int | None = None) -> list[dict[str, str]]:
+    """Retrieve once with the question, put the passages before it: each cut to its snippet of
+    `passage_words` words for the question (None: as given). Naive RAG's prompt, and the one
+    `rollout.answer_by: reader` reads an episode's passages with."""
     question = _question(question)
+    if passage_words is not None:
+        hits = [replace(h, text=snippet(h.text, question, passage_words)) for h in hits]
     return [
         {"role": "system", "content": BASELINE_SYSTEM},
         {"role": "user", "content": f"Passages:\n{format_hits(hits)}\n\nQuestion: {question}"},

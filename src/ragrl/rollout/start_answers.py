@@ -29,14 +29,13 @@ reply is plain text, so it cannot make a format error: the episode's format erro
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ragrl.engines.base import Engine, SamplingParams
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.models.agent_adapters import MERGED, adapters_off, peft_model, reference_context
 from ragrl.rollout.baselines import BASELINE_ANSWER_TOKENS, baseline_answer, naive_rag_messages
 from ragrl.rollout.protocol import TextProtocol, chat_ids
-from ragrl.rollout.snippets import snippet
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 
 
@@ -96,6 +95,7 @@ def answer_cut(tokenizer, turn: AnsweringTurn, opener: str) -> int:
         return turn.turn_start
     return turn.turn_start + tag_end(tokenizer, turn.traj.token_ids[turn.turn_start:], opener)
 
+
 def answer_by_start(engine: Engine, protocol: TextProtocol, turns: list[AnsweringTurn], max_turn_tokens: int,
                     max_response_tokens: int, stats: dict, writer: str = "start") -> None:
     """Replace what follows the answer tag of each turn in `turns` with the greedy continuation of
@@ -145,10 +145,7 @@ def answer_by_reader(engine: Engine, protocol: TextProtocol, turns: list[Answeri
     t0 = time.perf_counter()
     tok = engine.tokenizer
     opener, closer = protocol.answer
-    prompts = []
-    for t in turns:
-        hits = [replace(h, text=snippet(h.text, t.traj.question, passage_words)) for h in t.traj.shown_hits()]
-        prompts.append(chat_ids(tok, naive_rag_messages(t.traj.question, hits)))
+    prompts = [chat_ids(tok, naive_rag_messages(t.traj.question, t.traj.shown_hits(), passage_words)) for t in turns]
     params = SamplingParams(max_new_tokens=BASELINE_ANSWER_TOKENS, temperature=0.0, stop=["\n"], n=1, seed=0)
     with adapters_off(engine.model):
         generations = engine.generate(prompts, params)
