@@ -41,7 +41,7 @@ def lm_setup(cfg, *, retriever=None, model_bundle=None, settings=None) -> Setup:
     def engine():
         # Built on first use: FSDP swaps weights for shards in place first, the engine keeps the module.
         if "engine" not in holder:
-            holder["engine"] = engine_for(cfg.model, model, tok)
+            holder["engine"] = engine_for(cfg.model, model, tok, switches_adapters=cfg.rollout.answer_by != "policy")
         return holder["engine"]
 
     # the runner's method's own section (MMOA-RAG's), if any: as trained, and as evaluation runs it

@@ -60,7 +60,13 @@ class ModelConfig:
         "the other rows wait."))
 
 
-def engine_for(mcfg: ModelConfig, model, tokenizer, *, max_batch_size: int | None = None):
-    """The rollout engine this `model:` section names (`engine`, `compile`, `max_batch_size`) over `model`."""
-    return make_engine(mcfg.engine, model, tokenizer, max_batch_size=max_batch_size or mcfg.max_batch_size,
+def engine_for(mcfg: ModelConfig, model, tokenizer, *, max_batch_size: int | None = None,
+               switches_adapters: bool = False):
+    """The rollout engine this `model:` section names (`engine`, `compile`, `max_batch_size`) over `model`.
+    `switches_adapters`: the run turns its LoRA adapters on and off between calls (`rollout.answer_by`
+    other than policy), so `auto` means hf, as compare's engines do: a compiled decode step (the static
+    engine's on a GPU) would not see the switch, and refusing there would make the learn variants fail
+    on the one machine `auto` exists for."""
+    kind = "hf" if switches_adapters and mcfg.engine == "auto" else mcfg.engine
+    return make_engine(kind, model, tokenizer, max_batch_size=max_batch_size or mcfg.max_batch_size,
                        compile_mode=mcfg.compile)
