@@ -1,0 +1,28 @@
+"""second_search_ceiling.second_queries: what each episode's second query names, by hand-made episodes;
+an episode whose question has no gold passage ids is counted as left out, not dropped silently."""
+import json
+
+from experiments.search_agents.second_search_ceiling import second_queries
+
+TITLES = {"p1": "Alpha", "p2": "Beta", "p3": "Gamma", "p9": "Other"}
+
+
+def episode(sid: str, second_query: str, gain: float) -> dict:
+    return {"sample_id": sid, "metrics": {"search_gain": gain},
+            "turns": [{"queries": ["the question"], "passage_ids": [["p1", "p9"]]},
+                      {"queries": [second_query], "passage_ids": [["p2"]]}]}
+
+
+def test_second_queries_sorts_by_what_they_name_and_counts_questions_without_gold(tmp_path):
+    path = tmp_path / "trajectories_agent.jsonl"
+    rows = [episode("a", "Beta", 1.0),      # names the gold title the first search missed
+            episode("b", "other", 0.0),     # a title it was shown (normalised)
+            episode("c", "something", -1.0),
+            episode("m", "Beta", 1.0)]      # its question has no gold ids
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    questions = {sid: {"gold_passage_ids": ["p1", "p2"]} for sid in ("a", "b", "c")}
+    out = second_queries(path, questions, TITLES.__getitem__)
+    assert out["episodes_with_two_searches"] == 3 and out["left_out_without_gold_ids"] == 1
+    assert out["missed gold title"] == {"share": 33.3, "search_gain": 100.0}
+    assert out["title it was shown"] == {"share": 33.3, "search_gain": 0.0}
+    assert out["neither"] == {"share": 33.3, "search_gain": -100.0}
