@@ -41,7 +41,8 @@ class ModelConfig:
         "LoRA on the top N decoder layers only (a cheaper backward). null: every layer."))
     engine: EngineKind = setting("auto", help=(
         "The rollout engine, for training, evaluation and the quickstart. auto: static on a GPU "
-        "(where the model's architecture allows), hf on a CPU. hf: generate with the very module "
+        "(where the model's architecture allows), hf on a CPU and wherever rollout.answer_by switches "
+        "adapters between calls. hf: generate with the very module "
         "being trained (no sync). static: the same module, a preallocated KV cache and a compiled "
         "decode step. vllm (a CUDA GPU, pip install 'ragrl[vllm]'): a vLLM copy that receives the "
         "merged weights whenever a trained parameter changed."))
