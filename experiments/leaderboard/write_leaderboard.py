@@ -27,15 +27,19 @@ def _trained(r: dict) -> str:
     return f"{t['seconds'] / 60:.0f} min" if t.get("seconds") else ""
 
 
+def _ranked(data: dict) -> list[tuple[str, dict]]:
+    """The comparison's rows by F1, best first (the baselines and starts in the same ranking)."""
+    return sorted(data["rows"].items(), key=lambda kv: -kv[1]["f1"]["mean"])
+
+
 def compact_table(data: dict) -> list[str]:
     """One row per system, ranked by F1 (the baselines and starts in the same ranking), the search gain at
     equal passages and answer@shown beside F1 (issue #53), each run's paired differences against its start
     and its training time on the machine its `training.json` names."""
-    rows = sorted(data["rows"].items(), key=lambda kv: -kv[1]["f1"]["mean"])
     md = ["| rank | system | method | F1 | answer@shown | search gain | searches/q | format errors "
           "| ΔF1 vs its start | Δsearch gain vs its start | ΔF1 vs naive RAG | trained for |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, (name, r) in enumerate(rows, 1):
+    for i, (name, r) in enumerate(_ranked(data), 1):
         start = data["vs_start"].get(name)
         vs_start = f"{_d(start)} ({start['verdict']})" if start else ""
         gain = ci_cell(r["search_gain"], signed=True) if r.get("search_gain") else "n/a"
@@ -50,7 +54,7 @@ def leaderboard_record(data: dict) -> dict:
     figures of the compact table as records (mean and CI; paired differences with their p-values)."""
     keep = ("f1", "em", "cover_em", "answer_shown", "search_gain", "searches")
     systems = []
-    for name, r in sorted(data["rows"].items(), key=lambda kv: -kv[1]["f1"]["mean"]):
+    for name, r in _ranked(data):
         start, base = data["vs_start"].get(name), data["vs_baseline"].get(name)
         systems.append({"system": name, "method": r["method"] or "baseline", "role": r.get("role"),
                         "run": r.get("run"), "questions": r["n"], **{k: r.get(k) for k in keep},
