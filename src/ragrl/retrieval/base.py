@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 
@@ -48,4 +49,14 @@ class DocumentSampler(Protocol):
 
     def sample(self, requests: list, k: int, generator=None) -> list[tuple[list[Hit], object]]:
         """For each request, (the drawn hits, the retrieval action or None)."""
+        ...
+
+
+@runtime_checkable
+class TitleLister(Protocol):
+    """A retriever that can list its corpus's passage titles, row by row (an in-process index):
+    what `rollout.second_query: title` constrains a query to."""
+
+    def corpus_titles(self) -> Sequence[str]:
+        """Every passage's title, in corpus order (repeats included)."""
         ...

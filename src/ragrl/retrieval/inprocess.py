@@ -10,6 +10,7 @@ Rollouts must not behave differently because the index happens to be local or be
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Callable
 
 from ragrl.errors import RagrlError
@@ -79,6 +80,13 @@ class InProcessRetriever:
 
     def __len__(self) -> int:
         return len(self.index)  # type: ignore[arg-type]
+
+    def corpus_titles(self) -> Sequence[str]:
+        """The corpus's titles, row by row (`TitleLister`); refused for an index without a corpus."""
+        corpus = getattr(self.index, "corpus", None)
+        if corpus is None:
+            raise RagrlError(f"index {type(self.index).__name__} has no corpus whose titles could be listed")
+        return corpus.titles
 
     def close(self) -> None:
         pass

@@ -12,7 +12,6 @@ A reward is a plain function `f(completion, sample, **options) -> float`: `compl
 from __future__ import annotations
 
 import re
-import string
 from collections import Counter
 from functools import lru_cache
 
@@ -20,9 +19,8 @@ from ragrl.errors import RagrlError
 from ragrl.rollout.protocol import TextProtocol, default_text_protocol, get_protocol
 from ragrl.rollout.snippets import squash
 from ragrl.rollout.trajectory import Trajectory
+from ragrl.text import normalize_answer
 
-_PUNCTUATION = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 # HotpotQA's official F1: a yes/no/noanswer prediction or gold scores 0 unless they are equal
 _SPECIAL = {"yes", "no", "noanswer"}
 
@@ -94,16 +92,6 @@ def golds_of(completion, sample) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- metrics
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower-case, drop punctuation and articles, collapse whitespace.
-
-    >>> normalize_answer("The  Eiffel-Tower!")
-    'eiffeltower'
-    """
-    text = "".join(ch for ch in (text or "").lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
 def _golds(golds) -> list[str]:
     return [golds] if isinstance(golds, str) else list(golds)
 

@@ -39,6 +39,13 @@ class RolloutConfig:
         "a later search's thought, and the policy writes the query), in training and evaluation "
         "alike: every episode then names a second query, so a reward on what the searches found can "
         "compare them. Needs first_action: search or question, and max_turns >= 3 with last_action: answer."))
+    second_query: Literal["free", "title"] = setting("free", help=(
+        "free: the policy writes its second search's query as it likes. title: that query is one of the "
+        "corpus's titles that the question or the first search's passages name, less the titles that "
+        "search showed (constrained decoding over them, GENRE-style; free where there is none), in "
+        "training and evaluation alike: the policy chooses which title to search, and a group's samples "
+        "differ in what they search for. Needs second_action: search, an in-process index (it lists the "
+        "titles) and the hf engine."))
     last_action: Literal["free", "answer"] = setting("free", help=(
         "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
         "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "
@@ -98,7 +105,8 @@ TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": 
                  "end_after_searches": None}
 # Settings added after evaluations were first cached, with the value that leaves episodes as they were:
 # they join a cache key only when set, so entries written before they existed stay valid.
-KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy"}
+KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy",
+                  "second_query": "free"}
 
 
 def evaluation_key(rollout: RolloutConfig) -> dict:
@@ -107,7 +115,7 @@ def evaluation_key(rollout: RolloutConfig) -> dict:
 
     >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))  # doctest: +NORMALIZE_WHITESPACE
     ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s',
-     'second_action', 'turns_in_slot']
+     'second_action', 'second_query', 'turns_in_slot']
     >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
     'start'
     """

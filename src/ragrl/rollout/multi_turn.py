@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +35,7 @@ from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
+from ragrl.rollout.title_queries import QueryTrie, gazetteer_of, title_query_trie
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -51,6 +53,8 @@ class _State:
     turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
     closing: tuple[str, list[int]] | None = None   # the last turn's answer opening (last_action: answer)
     again: tuple[str, list[int]] | None = None     # the second turn's search opening (second_action: search)
+    title_rule: Callable[[Trajectory], QueryTrie | None] | None = None   # second_query: title's constraint
+    allowed: QueryTrie | None = None   # the next turn's constraint (its second query's titles), if any
 
     def end(self, reason: EpisodeEnd) -> None:
         """The one way an episode ends: no turn follows, and the trajectory says why."""
@@ -110,6 +114,10 @@ def run_episodes(
     check_forced_turns(cfg)
     closing = _closing(protocol, cfg, tok)
     again = _again(protocol, cfg, tok)
+    title_rule = None
+    if cfg.second_query == "title":   # refused here, before any turn, where the retriever lists no titles
+        gazetteer = gazetteer_of(retriever)
+        title_rule = lambda traj: title_query_trie(tok, protocol, gazetteer, traj)   # noqa: E731
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
     for i, s in enumerate(samples):
@@ -119,7 +127,8 @@ def run_episodes(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
-            ), deadline=deadline, opening=opening, closing=closing, again=again))
+            ), deadline=deadline, opening=opening, closing=closing, again=again,
+                title_rule=title_rule))
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
@@ -130,7 +139,8 @@ def run_episodes(
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
     if cfg.first_action == "question":
         _search_the_question(states, protocol, retriever, tok, cfg, stats, sampling_rng)
-    if cfg.turns_in_slot and hasattr(engine, "run_turns"):
+    # A constrained turn (second_query: title) needs a per-token callback, which slots do not run.
+    if cfg.turns_in_slot and hasattr(engine, "run_turns") and cfg.second_query == "free":
         _run_in_slots(engine, protocol, retriever, states, cfg, stats, sampling_rng)
     else:
         with caching() if caching is not None else contextlib.nullcontext():
@@ -166,11 +176,13 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
         active = [st for st in states if not st.done]
         if not active:
             break
-        params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline) for st in active]
+        params = [_turn_params(st.traj, cfg, turn_idx, protocol.stop_strings, st.deadline, st.allowed)
+                  for st in active]
         t0 = time.perf_counter()
         gens = engine.generate([st.traj.token_ids for st in active], params)
         stats["generate_s"] += time.perf_counter() - t0
         for st, g in zip(active, gens):
+            st.allowed = None   # the constraint was that turn's only
             _end_turn(st, g[0], protocol, tok, cfg, stats)
         searching = [st for st in active if st.pending_queries]
         if searching:
@@ -247,6 +259,9 @@ def check_forced_turns(cfg: RolloutConfig) -> None:
                               "runner's own search (rollout.first_action=question), before the policy acts: "
                               "set it >= 2, or null")
     if cfg.second_action != "search":
+        if cfg.second_query != "free":
+            raise ConfigError(f"rollout.second_query={cfg.second_query} constrains the query of the second "
+                              "search that rollout.second_action=search makes: set second_action: search")
         return
     if cfg.first_action == "free":
         raise ConfigError("rollout.second_action=search searches again after a first search, which "
@@ -298,6 +313,8 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
     t = st.traj
     if st.again is not None and t.num_turns == 1 and t.num_searches == 1:
         _write_opening(st, *st.again)
+        if st.title_rule is not None:
+            st.allowed = st.title_rule(t)
         return
     _open_last_turn(st, cfg)
 
@@ -335,12 +352,12 @@ def _end_turn(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: Rollo
 
 
 def _turn_params(traj: Trajectory, cfg: RolloutConfig, turn_idx: int, stop: list[str],
-                 deadline: float | None = None) -> SamplingParams:
+                 deadline: float | None = None, allowed: QueryTrie | None = None) -> SamplingParams:
     used = len(traj.token_ids) - traj.prompt_len
     budget = max(1, min(cfg.max_turn_tokens, cfg.max_response_tokens - used))
     seed = None if cfg.seed is None else cfg.seed * 1_000_003 + turn_idx
     return SamplingParams(max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p,
-                          stop=list(stop), n=1, seed=seed, deadline=deadline)
+                          stop=list(stop), n=1, seed=seed, deadline=deadline, allowed_tokens=allowed)
 
 
 def _time_out(st: _State, g: Generation | None, tok) -> None:

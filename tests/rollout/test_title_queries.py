@@ -1,0 +1,93 @@
+"""`rollout.second_query: title`: the second search's query is one of the titles the episode read,
+with the real SmolLM2 sampling under the constraint over a real BM25 index of the demo corpus."""
+from __future__ import annotations
+
+import pytest
+
+from ragrl.datasets import load_questions
+from ragrl.engines.hf import HFEngine
+from ragrl.errors import ConfigError, RagrlError
+from ragrl.paths import DEMO_EVAL
+from ragrl.retrieval.inprocess import InProcessRetriever
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.multi_turn import check_forced_turns, run_episodes
+from ragrl.rollout.protocol import get_protocol
+from ragrl.rollout.title_queries import QueryTrie, TitleGazetteer, gazetteer_of, title_candidates
+
+import ragrl.methods  # noqa: F401  (registers the search_r1 protocol)
+
+SHAPE = dict(first_action="question", second_action="search", last_action="answer", max_turns=3,
+             end_after_searches=2, topk=3, passage_words=30, max_turn_tokens=40, max_response_tokens=400)
+
+
+def test_every_second_query_is_a_title_the_episode_read(smollm2_policy, demo_bm25_index):
+    model, tok = smollm2_policy
+    retriever = InProcessRetriever(demo_bm25_index)
+    samples = load_questions(DEMO_EVAL, limit=6)
+    cfg = RolloutConfig(**SHAPE, second_query="title", n=4, temperature=1.3, seed=3)
+    trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever, samples, cfg)
+    gazetteer = gazetteer_of(retriever)
+    constrained = 0
+    for t in trajs:
+        titles = title_candidates(gazetteer, t)
+        second = t.turns[1]
+        if titles:   # (the base model's free queries, where there is no title, may not even parse)
+            constrained += 1
+            assert second.kind == "search", second.action_text
+            assert second.queries[0] in titles, (second.queries, titles)
+            # The policy's tokens of that turn are exactly the title's, as the SFT episodes write them.
+            start = len(t.token_ids) - len(tok.encode(f" {second.queries[0]} </search>", add_special_tokens=False))
+            assert t.token_ids[start:] == tok.encode(f" {second.queries[0]} </search>", add_special_tokens=False)
+            assert all(t.action_mask[start:])
+    assert constrained >= 12, f"only {constrained} of {len(trajs)} episodes had titles to choose from"
+    # Samples of one question choose different titles somewhere: the constraint leaves a choice.
+    groups = {}
+    for t in trajs:
+        if title_candidates(gazetteer, t):
+            groups.setdefault(t.group, set()).add(t.turns[1].queries[0])
+    assert any(len(q) > 1 for q in groups.values()), groups
+
+
+def test_free_second_query_is_unconstrained_and_the_cache_key_tells_them_apart(smollm2_policy, demo_bm25_index):
+    from ragrl.rollout.config import evaluation_key
+
+    assert "second_query" not in evaluation_key(RolloutConfig(**SHAPE))
+    assert evaluation_key(RolloutConfig(**SHAPE, second_query="title"))["second_query"] == "title"
+
+
+def test_a_retriever_that_lists_no_titles_is_refused_before_any_turn(smollm2_policy):
+    model, tok = smollm2_policy
+
+    class Remote:   # like the HTTP client: searches, cannot list the corpus
+        def search(self, queries, k):
+            raise AssertionError("no search may run")
+
+    cfg = RolloutConfig(**SHAPE, second_query="title")
+    with pytest.raises(ConfigError, match="lists its corpus's titles"):
+        run_episodes(HFEngine(model, tok), get_protocol("search_r1"), Remote(), [{"id": 0, "question": "q?",
+                                                                                  "answers": ["a"]}], cfg)
+
+
+def test_second_query_title_needs_the_forced_second_search():
+    with pytest.raises(ConfigError, match="second_action"):
+        check_forced_turns(RolloutConfig(**{**SHAPE, "second_action": "free"}, second_query="title"))
+
+
+def test_candidates_leave_out_what_the_first_search_showed():
+    from ragrl.rollout.trajectory import Trajectory, Turn
+
+    g = TitleGazetteer(["Paris", "France", "Eiffel Tower", "Gustave Eiffel"])
+    t = Trajectory(sample_id="0", question="Who built the Eiffel Tower?", golds=["Gustave Eiffel"],
+                   token_ids=[1], action_mask=[0], logprobs=[0.0], prompt_len=1)
+    t.turns.append(Turn(action_text="", kind="search", queries=[t.question], passage_titles=[["Eiffel Tower"]],
+                        observation="The Eiffel Tower in Paris was designed by the company of Gustave Eiffel."))
+    assert title_candidates(g, t) == ["Gustave Eiffel", "Paris"]
+
+
+def test_the_trie_refuses_a_prefix_off_its_sequences():
+    trie = QueryTrie([[1, 2], [1, 3]])
+    assert trie([1]) == [2, 3]
+    with pytest.raises(RagrlError, match="went past its titles"):
+        trie([1, 2])
+    with pytest.raises(RagrlError):
+        QueryTrie([])
