@@ -29,7 +29,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ragrl"
 # Lowest first. A module's layer is its package (ragrl/<package>/...), or its own name for the
 # modules directly under ragrl/.
 LAYERS = [
-    {"__init__", "errors", "jsonl", "paths", "kit", "registry", "yaml_config", "config_help", "datasets", "data", "recipes"},
+    {"__init__", "errors", "jsonl", "paths", "kit", "registry", "yaml_config", "config_help", "datasets", "data", "recipes", "text"},
     {"algos"},
     {"models"},
     {"retrieval"},
