@@ -184,7 +184,7 @@ def test_a_step_with_experts_learns_from_them_and_reports_them_apart(tmp_path, t
     sets = one_step_overrides(base, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
     # the episode shape and reward this test was written for (the variant's own shape since issue #53's
     # R needs 3 turns, which the one-step budget has no room for), pinned so the test keeps its meaning
-    shape = ["rollout.first_action=search", "rollout.second_action=free", "rollout.last_action=free",
+    shape = ["rollout.first_action=search", "rollout.second_action=free", "rollout.second_query=free", "rollout.last_action=free",
              "rollout.end_after_searches=null", "rollout.answer_by=policy", "algo.drop_flat_groups=false",
              "reward={search_gain: 1.0, f1: 1.0, format: 0.2}"]
     cfg = load_train_config("search_r1_grpo", sets + shape + ["experts_per_group=1", "sft.steps=0",
