@@ -69,7 +69,9 @@ def second_queries(path: Path, questions: dict, title) -> dict:
         if q is None:   # a question without gold passage ids (MuSiQue-train): no missed title to name
             no_gold += 1
             continue
-        second = norm(queries[1][0][0])
+        second, asked = norm(queries[1][0][0]), norm(q["question"])
+        if second.startswith(asked + " "):   # second_query: question_title searched the question, then the title
+            second = second[len(asked) + 1:]
         shown_ids = {pid for ids in queries[0][1] for pid in ids}
         missed = {norm(title(pid)) for pid in q["gold_passage_ids"] if pid not in shown_ids}
         shown = {norm(title(pid)) for pid in shown_ids}

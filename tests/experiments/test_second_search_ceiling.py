@@ -1,5 +1,6 @@
 """second_search_ceiling.second_queries: what each episode's second query names, by hand-made episodes;
-an episode whose question has no gold passage ids is counted as left out, not dropped silently."""
+an episode whose question has no gold passage ids is counted as left out, not dropped silently, and a
+query of the question followed by a title (second_query: question_title) is read as that title."""
 import json
 
 from experiments.search_agents.second_search_ceiling import second_queries
@@ -18,11 +19,12 @@ def test_second_queries_sorts_by_what_they_name_and_counts_questions_without_gol
     rows = [episode("a", "Beta", 1.0),      # names the gold title the first search missed
             episode("b", "other", 0.0),     # a title it was shown (normalised)
             episode("c", "something", -1.0),
+            episode("d", "The question  Beta", 1.0),   # question_title: the question, then the gold title
             episode("m", "Beta", 1.0)]      # its question has no gold ids
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    questions = {sid: {"gold_passage_ids": ["p1", "p2"]} for sid in ("a", "b", "c")}
+    questions = {sid: {"question": "The question?", "gold_passage_ids": ["p1", "p2"]} for sid in "abcd"}
     out = second_queries(path, questions, TITLES.__getitem__)
-    assert out["episodes_with_two_searches"] == 3 and out["left_out_without_gold_ids"] == 1
-    assert out["missed gold title"] == {"share": 33.3, "search_gain": 100.0}
-    assert out["title it was shown"] == {"share": 33.3, "search_gain": 0.0}
-    assert out["neither"] == {"share": 33.3, "search_gain": -100.0}
+    assert out["episodes_with_two_searches"] == 4 and out["left_out_without_gold_ids"] == 1
+    assert out["missed gold title"] == {"share": 50.0, "search_gain": 100.0}
+    assert out["title it was shown"] == {"share": 25.0, "search_gain": 0.0}
+    assert out["neither"] == {"share": 25.0, "search_gain": -100.0}

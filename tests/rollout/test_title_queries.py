@@ -9,7 +9,7 @@ from ragrl.engines.hf import HFEngine
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.paths import DEMO_EVAL
 from ragrl.retrieval.inprocess import InProcessRetriever
-from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.config import RolloutConfig, evaluation_key
 from ragrl.rollout.multi_turn import check_forced_turns, run_episodes
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.title_queries import QueryTrie, TitleGazetteer, gazetteer_of, title_candidates
@@ -49,10 +49,34 @@ def test_every_second_query_is_a_title_the_episode_read(smollm2_policy, demo_bm2
 
 
 def test_free_second_query_is_unconstrained_and_the_cache_key_tells_them_apart(smollm2_policy, demo_bm25_index):
-    from ragrl.rollout.config import evaluation_key
-
     assert "second_query" not in evaluation_key(RolloutConfig(**SHAPE))
     assert evaluation_key(RolloutConfig(**SHAPE, second_query="title"))["second_query"] == "title"
+    assert evaluation_key(RolloutConfig(**SHAPE, second_query="question_title"))["second_query"] == "question_title"
+
+
+def test_question_title_searches_the_question_then_the_chosen_title(smollm2_policy, demo_bm25_index):
+    """The policy writes only a title (its tokens are the title's), and the runner searches the
+    question followed by it: the turn's passages are the index's own top k for that query."""
+    model, tok = smollm2_policy
+    retriever = InProcessRetriever(demo_bm25_index)
+    samples = load_questions(DEMO_EVAL, limit=4)
+    cfg = RolloutConfig(**SHAPE, second_query="question_title", n=2, temperature=1.3, seed=3)
+    trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever, samples, cfg)
+    gazetteer = gazetteer_of(retriever)
+    constrained = 0
+    for t in trajs:
+        titles = title_candidates(gazetteer, t)
+        if not titles:
+            continue
+        constrained += 1
+        second = t.turns[1]
+        [query] = second.queries
+        assert query.startswith(t.question + " ") and query[len(t.question) + 1:] in titles, query
+        written = tok.encode(f" {query[len(t.question) + 1:]} </search>", add_special_tokens=False)
+        assert t.token_ids[-len(written):] == written and all(t.action_mask[-len(written):])
+        [hits] = retriever.search([query], cfg.topk)
+        assert second.passage_ids == [[h.id for h in hits]]
+    assert constrained >= 4, f"only {constrained} of {len(trajs)} episodes had titles to choose from"
 
 
 def test_a_retriever_that_lists_no_titles_is_refused_before_any_turn(smollm2_policy):

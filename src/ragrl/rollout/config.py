@@ -39,13 +39,15 @@ class RolloutConfig:
         "a later search's thought, and the policy writes the query), in training and evaluation "
         "alike: every episode then names a second query, so a reward on what the searches found can "
         "compare them. Needs first_action: search or question, and max_turns >= 3 with last_action: answer."))
-    second_query: Literal["free", "title"] = setting("free", help=(
+    second_query: Literal["free", "title", "question_title"] = setting("free", help=(
         "free: the policy writes its second search's query as it likes. title: that query is one of the "
         "corpus's titles that the question or the first search's passages name, less the titles that "
         "search showed (constrained decoding over them, GENRE-style; free where there is none), in "
         "training and evaluation alike: the policy chooses which title to search, and a group's samples "
-        "differ in what they search for. Needs second_action: search, an in-process index (it lists the "
-        "titles) and the hf engine."))
+        "differ in what they search for. question_title: the policy chooses the title as under title, "
+        "and the runner searches the question followed by it (a title that misses then costs little: "
+        "experiments/README.md, the count after candidate W). Needs second_action: search, an in-process "
+        "index (it lists the titles) and the hf engine."))
     last_action: Literal["free", "answer"] = setting("free", help=(
         "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
         "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "

@@ -115,7 +115,7 @@ def run_episodes(
     closing = _closing(protocol, cfg, tok)
     again = _again(protocol, cfg, tok)
     title_rule = None
-    if cfg.second_query == "title":   # refused here, before any turn, where the retriever lists no titles
+    if cfg.second_query != "free":   # refused here, before any turn, where the retriever lists no titles
         gazetteer = gazetteer_of(retriever)
         title_rule = lambda traj: title_query_trie(tok, protocol, gazetteer, traj)   # noqa: E731
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
@@ -139,7 +139,7 @@ def run_episodes(
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
     if cfg.first_action == "question":
         _search_the_question(states, protocol, retriever, tok, cfg, stats, sampling_rng)
-    # A constrained turn (second_query: title) needs a per-token callback, which slots do not run.
+    # A constrained turn (second_query: title, question_title) needs a per-token callback, which slots do not run.
     if cfg.turns_in_slot and hasattr(engine, "run_turns") and cfg.second_query == "free":
         _run_in_slots(engine, protocol, retriever, states, cfg, stats, sampling_rng)
     else:
@@ -182,8 +182,10 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
         gens = engine.generate([st.traj.token_ids for st in active], params)
         stats["generate_s"] += time.perf_counter() - t0
         for st, g in zip(active, gens):
-            st.allowed = None   # the constraint was that turn's only
+            constrained, st.allowed = st.allowed is not None, None   # the constraint was that turn's only
             _end_turn(st, g[0], protocol, tok, cfg, stats)
+            if constrained and cfg.second_query == "question_title" and st.pending_queries:
+                _after_the_question(st)
         searching = [st for st in active if st.pending_queries]
         if searching:
             t0 = time.perf_counter()
@@ -317,6 +319,13 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
             st.allowed = st.title_rule(t)
         return
     _open_last_turn(st, cfg)
+
+
+def _after_the_question(st: _State) -> None:
+    """second_query: question_title: the runner searches the question, then the title the policy chose;
+    the turn records the query as searched (its action text keeps what the policy wrote)."""
+    st.pending_queries = [f"{st.traj.question} {q}" for q in st.pending_queries]
+    st.traj.turns[-1].queries = list(st.pending_queries)
 
 
 def _write_opening(st: _State, text: str, ids: list[int]) -> None:

@@ -93,7 +93,7 @@ _GAZETTEERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def gazetteer_of(retriever: Retriever | None) -> TitleGazetteer:
     """The retriever's titles as a gazetteer, built once per retriever; refused where it cannot list them."""
     if not isinstance(retriever, TitleLister):
-        raise ConfigError(f"rollout.second_query=title needs a retriever that lists its corpus's titles (an "
+        raise ConfigError(f"rollout.second_query=title (or question_title) needs a retriever that lists its corpus's titles (an "
                           f"in-process index); {type(retriever).__name__} does not: set rollout.second_query=free")
     if retriever not in _GAZETTEERS:
         _GAZETTEERS[retriever] = TitleGazetteer(retriever.corpus_titles())
