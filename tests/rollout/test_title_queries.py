@@ -20,13 +20,19 @@ SHAPE = dict(first_action="question", second_action="search", last_action="answe
              end_after_searches=2, topk=3, passage_words=30, max_turn_tokens=40, max_response_tokens=400)
 
 
-def test_every_second_query_is_a_title_the_episode_read(smollm2_policy, demo_bm25_index):
+def episodes(smollm2_policy, index, second_query: str, questions: int, n: int):
+    """Real episodes of SmolLM2 over the demo index under `second_query` (tokenizer, retriever,
+    episodes, their config, the retriever's gazetteer)."""
     model, tok = smollm2_policy
-    retriever = InProcessRetriever(demo_bm25_index)
-    samples = load_questions(DEMO_EVAL, limit=6)
-    cfg = RolloutConfig(**SHAPE, second_query="title", n=4, temperature=1.3, seed=3)
-    trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever, samples, cfg)
-    gazetteer = gazetteer_of(retriever)
+    retriever = InProcessRetriever(index)
+    cfg = RolloutConfig(**SHAPE, second_query=second_query, n=n, temperature=1.3, seed=3)
+    trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever,
+                            load_questions(DEMO_EVAL, limit=questions), cfg)
+    return tok, retriever, trajs, cfg, gazetteer_of(retriever)
+
+
+def test_every_second_query_is_a_title_the_episode_read(smollm2_policy, demo_bm25_index):
+    tok, _, trajs, _, gazetteer = episodes(smollm2_policy, demo_bm25_index, "title", questions=6, n=4)
     constrained = 0
     for t in trajs:
         titles = title_candidates(gazetteer, t)
@@ -57,12 +63,8 @@ def test_free_second_query_is_unconstrained_and_the_cache_key_tells_them_apart(s
 def test_question_title_searches_the_question_then_the_chosen_title(smollm2_policy, demo_bm25_index):
     """The policy writes only a title (its tokens are the title's), and the runner searches the
     question followed by it: the turn's passages are the index's own top k for that query."""
-    model, tok = smollm2_policy
-    retriever = InProcessRetriever(demo_bm25_index)
-    samples = load_questions(DEMO_EVAL, limit=4)
-    cfg = RolloutConfig(**SHAPE, second_query="question_title", n=2, temperature=1.3, seed=3)
-    trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever, samples, cfg)
-    gazetteer = gazetteer_of(retriever)
+    tok, retriever, trajs, cfg, gazetteer = episodes(smollm2_policy, demo_bm25_index, "question_title",
+                                                     questions=4, n=2)
     constrained = 0
     for t in trajs:
         titles = title_candidates(gazetteer, t)
