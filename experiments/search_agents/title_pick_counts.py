@@ -25,11 +25,12 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+from experiments.search_agents.second_search_ceiling import gain
 from ragrl.datasets import load_questions
 from ragrl.methods.synthetic import corpus_passages, synth_trajectory
 from ragrl.models.lm_weights import load_tokenizer
 from ragrl.retrieval.resolve import retriever_for
-from ragrl.rewards.qa import answer_in, is_yes_no
+from ragrl.rewards.qa import is_yes_no
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.title_queries import gazetteer_of, title_candidates
 from ragrl.text import normalize_answer
@@ -64,12 +65,11 @@ def pick_counts(cfg, questions: list[dict], tok, retriever) -> dict:
         queries = [c if mode == "title" else f"{r[0]['question']} {c}" for r in with_cands for c in r[2]]
         hits = iter(retriever.search(queries, cfg.rollout.topk))
         blind, best, wrong, lost = [], [], [], 0
-        for (q, first, cands, is_missed), d in zip(with_cands, deep):
+        for (q, first, _, is_missed), d in zip(with_cands, deep):
             gains = []
-            for _, gold_pick in zip(cands, is_missed):
+            for gold_pick in is_missed:
                 shown = dict.fromkeys(first + [h.id for h in next(hits)])
-                texts = [passages[pid].full_text for pid in shown]
-                g = answer_in(texts, q["answers"]) - answer_in([h.full_text for h in d[:len(texts)]], q["answers"])
+                g = gain([passages[pid].full_text for pid in shown], [h.full_text for h in d], q["answers"])
                 gains.append(g)
                 lost += g < 0
                 if not gold_pick:

@@ -182,10 +182,8 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
         gens = engine.generate([st.traj.token_ids for st in active], params)
         stats["generate_s"] += time.perf_counter() - t0
         for st, g in zip(active, gens):
-            constrained, st.allowed = st.allowed is not None, None   # the constraint was that turn's only
             _end_turn(st, g[0], protocol, tok, cfg, stats)
-            if constrained and cfg.second_query == "question_title" and st.pending_queries:
-                _after_the_question(st)
+            st.allowed = None   # the constraint was that turn's only
         searching = [st for st in active if st.pending_queries]
         if searching:
             t0 = time.perf_counter()
@@ -321,13 +319,6 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
     _open_last_turn(st, cfg)
 
 
-def _after_the_question(st: _State) -> None:
-    """second_query: question_title: the runner searches the question, then the title the policy chose;
-    the turn records the query as searched (its action text keeps what the policy wrote)."""
-    st.pending_queries = [f"{st.traj.question} {q}" for q in st.pending_queries]
-    st.traj.turns[-1].queries = list(st.pending_queries)
-
-
 def _write_opening(st: _State, text: str, ids: list[int]) -> None:
     """Append text the runner wrote in front of the next turn, masked (out of every loss), and let
     that turn's text start with it, so the turn parses as the action it is made to be."""
@@ -413,6 +404,10 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
         turn.kind, turn.error = action.kind, action.error
     if action.kind == "search":
         turn.queries = action.queries[: cfg.max_queries_per_call]
+        if st.allowed is not None and cfg.second_query == "question_title":
+            # The runner searches the question, then the title the policy chose; the turn records the
+            # query as searched (its action text keeps what the policy wrote).
+            turn.queries = [f"{t.question} {q}" for q in turn.queries]
         t.num_searches += 1
         st.pending_queries = list(turn.queries)
         st.last_search = cfg.end_after_searches is not None and t.num_searches >= cfg.end_after_searches
