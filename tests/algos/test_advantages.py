@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ragrl.algos import ADVANTAGE_ESTIMATORS, compute_advantages
-from ragrl.algos.advantages import gae, grpo, place_outcome_reward, reinforce_pp, rloo
+from ragrl.algos.advantages import enumerated, gae, grpo, place_outcome_reward, reinforce_pp, rloo
 from ragrl.algos.masked import AlgoInputError, masked_mean, masked_sum, masked_var, masked_whiten
 from ragrl.errors import ConfigError
 
@@ -152,6 +152,32 @@ def test_rloo_hand_computed():
     assert adv[:, 0].tolist() == [-3.0, -1.5, 4.5, 0.0]
 
 
+def test_enumerated_hand_computed():
+    """Group q1 holds three options with sequence log-probs log .5, log .3, log .2 (spread over two
+    tokens in row 0), group q2 one option, and row 4 of q1 no action token (left out of pi)."""
+    mask = t([[1, 1], [1, 0], [1, 0], [1, 0], [0, 0]], torch.bool)
+    logprobs = t([[math.log(0.5) - 1.0, 1.0], [math.log(0.3), 9.0], [math.log(0.2), 0.0], [-1.0, 0.0], [0.0, 0.0]])
+    adv, ret = enumerated(t([1.0, 0.0, 2.0, 5.0, 7.0]), ["q1", "q1", "q1", "q2", "q1"], mask, logprobs)
+    # baseline .5*1 + .3*0 + .2*2 = 0.9; A = 3 * pi * (s - 0.9): 3*.5*.1 = .15, 3*.3*(-.9) = -.81, 3*.2*1.1 = .66
+    assert adv[:, 0].tolist() == pytest.approx([0.15, -0.81, 0.66, 0.0, 0.0])
+    assert adv[0].tolist() == pytest.approx([0.15, 0.15]) and adv[1, 1].item() == 0.0   # 0 off the mask
+    assert torch.equal(adv, ret)
+
+
+def test_enumerated_gives_the_gradient_of_the_expected_score():
+    """Over a group holding every option once, the advantage-weighted sum of grad log p is the exact
+    gradient of E_pi[s] for pi = softmax of the options' log-probs (k times it, the group's size)."""
+    theta = torch.tensor([0.3, -1.2, 0.8, 0.1], dtype=torch.float64, requires_grad=True)
+    scores = t([1.0, 3.0, 0.5, 2.0], torch.float64)
+    logp = torch.log_softmax(theta, dim=0) - 0.7       # unnormalised over the options, as a title's p is
+    expected = (torch.softmax(logp, dim=0) * scores).sum()
+    (exact,) = torch.autograd.grad(expected, theta, retain_graph=True)
+    adv, _ = enumerated(scores, [0, 0, 0, 0], torch.ones(4, 1, dtype=torch.bool), logp.detach()[:, None])
+    (estimated,) = torch.autograd.grad((adv[:, 0] * logp).sum() / 4, theta)
+    assert estimated.tolist() == pytest.approx(exact.tolist())
+    assert exact.abs().min().item() > 1e-3
+
+
 def test_reinforce_pp_hand_computed():
     # gamma 0.5; row 1 has an observation token at index 1 which the discount skips.
     mask = t([[1, 1, 1, 0], [1, 0, 1, 1]], torch.bool)
@@ -185,7 +211,7 @@ def test_registry_uniform_signature():
     scores = t([1.0, 0.0, 3.0, 1.0])
     groups = [0, 0, 1, 1]
     assert set(ADVANTAGE_ESTIMATORS) == {"gae", "gae_baseline", "grpo", "dr_grpo", "rloo", "reinforce_pp",
-                                         "reinforce_pp_baseline"}
+                                         "reinforce_pp_baseline", "enumerated"}
     adv, _ = compute_advantages("dr_grpo", scores=scores, mask=mask, group_ids=groups)
     assert adv[:, 0].tolist() == [0.5, -0.5, 1.0, -1.0]
     # scores derived from token rewards when only those are given: same answer
@@ -207,6 +233,11 @@ def test_registry_uniform_signature():
         compute_advantages("gae", scores=scores, mask=mask)
     with pytest.raises(AlgoInputError, match="needs group_ids"):
         compute_advantages("rloo", scores=scores, mask=mask)
+    with pytest.raises(AlgoInputError, match="needs logprobs"):
+        compute_advantages("enumerated", scores=scores, mask=mask, group_ids=groups)
+    adv6, _ = compute_advantages("enumerated", scores=scores, mask=mask, group_ids=groups,
+                                 logprobs=torch.zeros(4, 3))   # equal log-probs: pi uniform, A = s - mean
+    assert adv6[:, 0].tolist() == [0.5, -0.5, 1.0, -1.0]
     with pytest.raises(AlgoInputError, match="needs group_ids"):
         compute_advantages("gae_baseline", scores=scores, values=torch.zeros(4, 3), mask=mask)
     _, ret5 = compute_advantages("gae_baseline", scores=scores, values=torch.zeros(4, 3), mask=mask,

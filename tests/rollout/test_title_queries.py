@@ -20,12 +20,12 @@ SHAPE = dict(first_action="question", second_action="search", last_action="answe
              end_after_searches=2, topk=3, passage_words=30, max_turn_tokens=40, max_response_tokens=400)
 
 
-def episodes(smollm2_policy, index, second_query: str, questions: int, n: int):
+def episodes(smollm2_policy, index, second_query: str, questions: int, n: int, title_group: str = "sample"):
     """Real episodes of SmolLM2 over the demo index under `second_query` (tokenizer, retriever,
     episodes, their config, the retriever's gazetteer)."""
     model, tok = smollm2_policy
     retriever = InProcessRetriever(index)
-    cfg = RolloutConfig(**SHAPE, second_query=second_query, n=n, temperature=1.3, seed=3)
+    cfg = RolloutConfig(**SHAPE, second_query=second_query, n=n, temperature=1.3, seed=3, title_group=title_group)
     trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever,
                             load_questions(DEMO_EVAL, limit=questions), cfg)
     return tok, retriever, trajs, cfg, gazetteer_of(retriever)
@@ -79,6 +79,45 @@ def test_question_title_searches_the_question_then_the_chosen_title(smollm2_poli
         [hits] = retriever.search([query], cfg.topk)
         assert second.passage_ids == [[h.id for h in hits]]
     assert constrained >= 4, f"only {constrained} of {len(trajs)} episodes had titles to choose from"
+
+
+def test_an_enumerated_group_takes_each_candidate_title_once(smollm2_policy, demo_bm25_index):
+    """title_group: every: a question's episodes take its candidate titles one each, in sorted order
+    (the first n), the episodes left over are dropped, and each records the model's own log-probs of
+    the title it was given, which the enumerated estimator weighs them by."""
+    n = 3
+    tok, _, trajs, _, gazetteer = episodes(smollm2_policy, demo_bm25_index, "question_title", questions=6, n=n,
+                                           title_group="every")
+    groups: dict[int, list] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    assert sorted(groups) == list(range(6))          # every question keeps at least one episode
+    enumerated = cut = 0
+    for mine in groups.values():
+        titles = title_candidates(gazetteer, mine[0])
+        assert len(mine) == max(1, min(len(titles), n)), (len(mine), titles)
+        for t in mine:
+            assert t.metrics["scalars"]["title_candidates"] == len(titles)
+            assert t.metrics["scalars"]["title_candidates_cut"] == float(len(titles) > n)
+        if not titles:
+            continue
+        enumerated += len(titles) > 1
+        cut += len(titles) > n
+        chosen = [t.turns[1].queries[0][len(t.question) + 1:] for t in mine]
+        assert chosen == titles[:n]
+        logps = []
+        for t in mine:
+            written = tok.encode(f" {t.turns[1].queries[0][len(t.question) + 1:]} </search>", add_special_tokens=False)
+            assert t.token_ids[-len(written):] == written and all(t.action_mask[-len(written):])
+            logps.append(sum(t.logprobs[-len(written):]))
+        assert all(lp < 0 for lp in logps) and len(set(logps)) == len(logps), logps
+    assert enumerated >= 1, "the demo questions gave no choice to enumerate"
+
+
+def test_title_group_every_needs_a_constrained_second_query():
+    with pytest.raises(ConfigError, match="title_group=every"):
+        check_forced_turns(RolloutConfig(**SHAPE, title_group="every"))
+    assert "title_group" not in evaluation_key(RolloutConfig(**SHAPE, second_query="title", title_group="every"))
 
 
 def test_a_retriever_that_lists_no_titles_is_refused_before_any_turn(smollm2_policy):

@@ -22,6 +22,7 @@ from ragrl.train.recipe import load_train_config
     ("rollout.answer_by=strat", ["rollout.answer_by", "did you mean 'start'"]),
     ("rollout.last_action=anser", ["rollout.last_action", "did you mean 'answer'"]),
     ("rollout.second_action=serch", ["rollout.second_action", "did you mean 'search'"]),
+    ("rollout.title_group=evry", ["rollout.title_group", "did you mean 'every'"]),
 ])
 def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     t0 = time.perf_counter()
@@ -54,6 +55,9 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.drop_flat_groups=true", "algo.estimator=reinforce_pp_baseline"],
      "algo.drop_flat_groups: .* not reinforce_pp_baseline"),
     (["rollout.end_after_searches=0"], "rollout.end_after_searches must be >= 1, got 0"),
+    (["algo.estimator=enumerated"], "algo.estimator=enumerated with rollout.title_group=sample"),
+    (["rollout.title_group=every"], "algo.estimator=grpo with rollout.title_group=every"),
+    (["rollout.title_group=every", "algo.estimator=enumerated"], "rollout.title_group=every gives each episode"),
     (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
     (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),
     (["policy=retriever", "retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from ragrl.errors import ConfigError
 from ragrl.methods import METHODS
@@ -112,6 +113,24 @@ def test_every_recipe_and_variant_trains_one_step(name, variant, tmp_path, tiny_
         assert stages == ["sft", "rl"]
     else:
         assert stages == ["rl"]
+
+
+def test_an_enumerated_title_group_trains_one_step(tmp_path, tiny_model_dir, demo_bm25_dir, small_dense_dir):
+    """The Search-R1 learn variant with each candidate title once in a group (rollout.title_group:
+    every) and the enumerated estimator: a real step whose groups hold at most n episodes, one per
+    title, and whose row says how many titles a question had."""
+    base = load_train_config("search_r1_grpo", [], "learn")
+    sets = one_step_overrides(base, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
+    sets += ["rollout.second_query=question_title", "rollout.title_group=every", "rollout.n=4",
+             "algo.estimator=enumerated", "questions_per_step=4", "rollout.max_turn_tokens=40",
+             "rollout.max_response_tokens=400"]   # room for the first search's passages and the second query
+    cfg = load_train_config("search_r1_grpo", sets, "learn")
+    run_dir = run_recipe(cfg)
+    [row] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert row["rollout/title_candidates"] >= 1
+    assert 0 <= row["rollout/title_candidates_cut"] <= 1
+    assert (run_dir / "final_adapter").is_dir()
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]["title_group"] == "every"
 
 
 def test_the_sft_policy_is_seeded_whatever_the_process_drew_before(tiny_model_dir):

@@ -226,6 +226,40 @@ def rloo(scores: torch.Tensor, group_ids, mask: torch.Tensor) -> tuple[torch.Ten
 
 
 @torch.no_grad()
+def enumerated(scores: torch.Tensor, group_ids, mask: torch.Tensor,
+               logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact policy gradient of a choice whose group holds each option once instead of samples
+    of it (`rollout.title_group: every`; Expected Policy Gradients, Ciosek & Whiteson 2018).
+
+    scores [B], group_ids [B], mask [B, T], logprobs [B, T] (each token's log-prob under the policy
+    that acted; only action tokens are read) → (advantages [B, T], returns [B, T]), returns ==
+    advantages. Within a group of k rows with action tokens, pi = softmax of the rows' sequence
+    log-probs (the policy's probability of each option among them) and row b gets
+    A_b = k * pi_b * (s_b - sum_j pi_j s_j) on every action token. The gradient of E_pi[s] is
+    sum_b pi_b (s_b - baseline) grad log p_b; the k gives a group the weight k samples of it carry
+    under grpo, since the loss averages over the batch's rows (or tokens).
+    Rows without an action token, and groups of one, get 0.
+    """
+    m = _check_mask(mask)
+    _check_scores(scores, m)
+    check_same_shape(m, logprobs=logprobs)
+    scores = scores.detach().to(torch.promote_types(scores.dtype, torch.float32))
+    sequence_logp = torch.where(m, logprobs.detach().to(scores.dtype), torch.zeros_like(scores[:, None])).sum(-1)
+    index, sizes = group_index(group_ids, scores.shape[0], scores.device)
+    active = m.any(dim=-1)
+    per_sequence = torch.zeros_like(scores)
+    for g in range(sizes.shape[0]):
+        rows = torch.nonzero((index == g) & active).flatten()
+        if rows.numel() < 2:
+            continue
+        pi = torch.softmax(sequence_logp[rows], dim=0)
+        baseline = (pi * scores[rows]).sum()
+        per_sequence[rows] = rows.numel() * pi * (scores[rows] - baseline)
+    advantages = _broadcast(per_sequence, m)
+    return advantages, advantages.clone()
+
+
+@torch.no_grad()
 def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
                  group_ids=None, reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted returns over action tokens, whitened over the whole batch.
@@ -250,4 +284,4 @@ def reinforce_pp(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
 
 
 __all__ = ["place_outcome_reward", "last_action_index", "group_index", "subtract_group_baseline", "gae", "grpo",
-           "rloo", "reinforce_pp"]
+           "rloo", "enumerated", "reinforce_pp"]

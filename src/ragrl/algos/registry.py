@@ -7,7 +7,7 @@ rewards: a method adds its own through its record (`Method.estimators`, `Method.
 
 Every entry of ADVANTAGE_ESTIMATORS takes keyword arguments
 `scores [B] | None, token_rewards [B, T] | None, values [B, T] | None, mask [B, T],
-group_ids [B] | None, **cfg` and returns `(advantages [B, T], returns [B, T])`.
+group_ids [B] | None, logprobs [B, T] | None (the acting policy's, on action tokens), **cfg` and returns `(advantages [B, T], returns [B, T])`.
 Outcome rewards and token rewards convert into each other: a missing `token_rewards`
 is `place_outcome_reward(scores)`, a missing `scores` is the sum of `token_rewards`
 over action tokens.
@@ -25,7 +25,7 @@ from ragrl.algos.masked import AlgoInputError, masked_sum
 from ragrl.errors import ConfigError
 from ragrl.registry import Registry
 
-_DATA_ARGS = ("scores", "token_rewards", "values", "mask", "group_ids")
+_DATA_ARGS = ("scores", "token_rewards", "values", "mask", "group_ids", "logprobs")
 
 
 def uniform_estimator(fn, needs: tuple[str, ...], **fixed):
@@ -35,9 +35,9 @@ def uniform_estimator(fn, needs: tuple[str, ...], **fixed):
     allowed = [p for p in inspect.signature(fn).parameters if p not in _DATA_ARGS and p not in fixed]
 
     @functools.wraps(fn)
-    def estimator(*, scores=None, token_rewards=None, values=None, mask, group_ids=None, **cfg):
+    def estimator(*, scores=None, token_rewards=None, values=None, mask, group_ids=None, logprobs=None, **cfg):
         data = {"scores": scores, "token_rewards": token_rewards, "values": values, "mask": mask,
-                "group_ids": group_ids}
+                "group_ids": group_ids, "logprobs": logprobs}
         unknown = sorted(set(cfg) - set(allowed))
         if unknown:
             raise ConfigError(f"{fn.__name__} does not take {', '.join(unknown)}; "
@@ -59,6 +59,8 @@ ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator", {
     "grpo": uniform_estimator(adv.grpo, ("scores", "group_ids", "mask")),
     "dr_grpo": uniform_estimator(adv.grpo, ("scores", "group_ids", "mask"), scale_by_std=False),
     "rloo": uniform_estimator(adv.rloo, ("scores", "group_ids", "mask")),
+    # Each option of a choice once in a group (rollout.title_group: every), weighed by the policy's probability.
+    "enumerated": uniform_estimator(adv.enumerated, ("scores", "group_ids", "mask", "logprobs")),
     "reinforce_pp": uniform_estimator(adv.reinforce_pp, ("token_rewards", "mask")),
     "reinforce_pp_baseline": uniform_estimator(adv.reinforce_pp, ("token_rewards", "mask", "group_ids")),
 })
@@ -78,11 +80,13 @@ POLICY_LOSSES: Registry = Registry("policy loss", {"ppo_clip": ppo_clip})
 
 def compute_advantages(name: str, *, scores: torch.Tensor | None = None,
                        token_rewards: torch.Tensor | None = None, values: torch.Tensor | None = None,
-                       mask: torch.Tensor, group_ids=None, **cfg) -> tuple[torch.Tensor, torch.Tensor]:
+                       mask: torch.Tensor, group_ids=None, logprobs: torch.Tensor | None = None,
+                       **cfg) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the estimator called `name` (a key of ADVANTAGE_ESTIMATORS) with settings `cfg`."""
     estimator = ADVANTAGE_ESTIMATORS[name]   # an unknown name: ConfigError naming the known ones
     if token_rewards is None and scores is not None:
         token_rewards = adv.place_outcome_reward(scores, mask)
     if scores is None and token_rewards is not None:
         scores = masked_sum(token_rewards, mask, dim=-1)
-    return estimator(scores=scores, token_rewards=token_rewards, values=values, mask=mask, group_ids=group_ids, **cfg)
+    return estimator(scores=scores, token_rewards=token_rewards, values=values, mask=mask, group_ids=group_ids,
+                     logprobs=logprobs, **cfg)

@@ -48,6 +48,15 @@ class RolloutConfig:
         "and the runner searches the question followed by it (a title that misses then costs little: "
         "experiments/README.md, the count after candidate W). Needs second_action: search, an in-process "
         "index (it lists the titles) and the hf engine."))
+    title_group: Literal["sample", "every"] = setting("sample", help=(
+        "Training only, under second_query: title or question_title. sample: each of a question's n "
+        "episodes samples its title. every: the question's episodes take its candidate titles one each "
+        "(the first n in sorted order; a question with none writes one free query), and episodes left "
+        "over are dropped from the rollout: the group enumerates the choice instead of sampling it, so "
+        "it is flat only where every title scores the same. Needs algo.estimator: enumerated, which "
+        "weighs each title by the policy's probability of it (the exact policy gradient of the choice), "
+        "and n at least the most candidates a question has (the step's rollout/title_candidates_cut says "
+        "how often a question had more)."))
     last_action: Literal["free", "answer"] = setting("free", help=(
         "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
         "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "
@@ -104,7 +113,7 @@ class RolloutConfig:
 # (nor belong in the key of a cached one). A method's own training-only knobs are set to their
 # evaluation values by its `Method.evaluation_settings`.
 TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": True,
-                 "end_after_searches": None}
+                 "end_after_searches": None, "title_group": "sample"}
 # Settings added after evaluations were first cached, with the value that leaves episodes as they were:
 # they join a cache key only when set, so entries written before they existed stay valid.
 KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy",
@@ -117,7 +126,7 @@ def evaluation_key(rollout: RolloutConfig) -> dict:
 
     >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))  # doctest: +NORMALIZE_WHITESPACE
     ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s',
-     'second_action', 'second_query', 'turns_in_slot']
+     'second_action', 'second_query', 'title_group', 'turns_in_slot']
     >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
     'start'
     """

@@ -35,7 +35,7 @@ from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
-from ragrl.rollout.title_queries import QueryTrie, gazetteer_of, title_query_trie
+from ragrl.rollout.title_queries import NO_TITLE_LEFT, QueryTrie, check_title_group, gazetteer_of, title_query_trie
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -53,7 +53,8 @@ class _State:
     turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
     closing: tuple[str, list[int]] | None = None   # the last turn's answer opening (last_action: answer)
     again: tuple[str, list[int]] | None = None     # the second turn's search opening (second_action: search)
-    title_rule: Callable[[Trajectory], QueryTrie | None] | None = None   # second_query: title's constraint
+    title_rule: Callable[[Trajectory, int], QueryTrie | None] | None = None   # second_query: title's constraint
+    copy: int = 0                      # which of its question's rollout.n episodes this is
     allowed: QueryTrie | None = None   # the next turn's constraint (its second query's titles), if any
 
     def end(self, reason: EpisodeEnd) -> None:
@@ -89,7 +90,8 @@ def run_episodes(
     *,
     group_offset: int = 0,
 ) -> tuple[list[Trajectory], dict[str, float]]:
-    """Roll out `cfg.n` trajectories per sample; return them (sample-major) and timings.
+    """Roll out `cfg.n` trajectories per sample; return them (sample-major) and timings. Under
+    `cfg.title_group: every` a sample keeps one per candidate title (at most n; one if it has none).
 
     samples: dicts with at least `id`, `question`, `answers`.
     Returns (trajectories, stats) where stats has generate_s, retrieval_s, gen_tokens and timeouts
@@ -117,18 +119,19 @@ def run_episodes(
     title_rule = None
     if cfg.second_query != "free":   # refused here, before any turn, where the retriever lists no titles
         gazetteer = gazetteer_of(retriever)
-        title_rule = lambda traj: title_query_trie(tok, protocol, gazetteer, traj)   # noqa: E731
+        every = cfg.n if cfg.title_group == "every" else 0
+        title_rule = lambda traj, copy: title_query_trie(tok, protocol, gazetteer, traj, copy, every)   # noqa: E731
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
     for i, s in enumerate(samples):
         p = prompt_ids(tok, protocol, s["question"]) + opening_ids
-        for _ in range(cfg.n):
+        for copy in range(cfg.n):
             states.append(_State(Trajectory(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
             ), deadline=deadline, opening=opening, closing=closing, again=again,
-                title_rule=title_rule))
+                title_rule=title_rule, copy=copy))
     stats = {"generate_s": 0.0, "retrieval_s": 0.0, "gen_tokens": 0, "timeouts": 0}
     # Each turn re-sends the whole episode; an engine that can keeps the KV of the previous turns
     # (valid for this call only: the weights do not change inside one rollout).
@@ -156,7 +159,7 @@ def run_episodes(
         answer_by_start(engine, protocol, answering, cfg.max_turn_tokens, cfg.max_response_tokens, stats,
                         cfg.answer_by)
     stats["timeouts"] = sum(st.traj.stop_reason == EpisodeEnd.TIMEOUT for st in states)
-    return [st.traj for st in states], stats
+    return [st.traj for st in states if st.traj.stop_reason != EpisodeEnd.UNUSED], stats
 
 
 def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: RolloutConfig, stats: dict,
@@ -262,6 +265,8 @@ def check_forced_turns(cfg: RolloutConfig) -> None:
         if cfg.second_query != "free":
             raise ConfigError(f"rollout.second_query={cfg.second_query} constrains the query of the second "
                               "search that rollout.second_action=search makes: set second_action: search")
+    check_title_group(cfg)
+    if cfg.second_action != "search":
         return
     if cfg.first_action == "free":
         raise ConfigError("rollout.second_action=search searches again after a first search, which "
@@ -314,7 +319,10 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
     if st.again is not None and t.num_turns == 1 and t.num_searches == 1:
         _write_opening(st, *st.again)
         if st.title_rule is not None:
-            st.allowed = st.title_rule(t)
+            st.allowed = st.title_rule(t, st.copy)
+            if st.allowed is NO_TITLE_LEFT:   # title_group: every, past its question's titles
+                st.allowed = None
+                st.end(EpisodeEnd.UNUSED)
         return
     _open_last_turn(st, cfg)
 

@@ -108,10 +108,34 @@ def title_candidates(gazetteer: TitleGazetteer, traj: Trajectory) -> list[str]:
     return gazetteer.named_in(f"{traj.question} {first.observation}", exclude=shown)
 
 
-def title_query_trie(tok, protocol: TextProtocol, gazetteer: TitleGazetteer, traj: Trajectory) -> QueryTrie | None:
-    """The constraint of an episode's second query (None: no candidate, the query is free)."""
+def check_title_group(cfg) -> None:
+    """`rollout.title_group: every` hands out the titles `second_query` chooses among: refused without one."""
+    if cfg.title_group == "every" and cfg.second_query == "free":
+        raise ConfigError("rollout.title_group=every gives each episode of a group one of the titles that "
+                          "rollout.second_query=title (or question_title) chooses among; this run's second "
+                          "query is free: set second_query, or title_group: sample")
+
+
+# `title_query_trie`'s answer for an episode of an enumerated group with no candidate left to take.
+NO_TITLE_LEFT = object()
+
+
+def title_query_trie(tok, protocol: TextProtocol, gazetteer: TitleGazetteer, traj: Trajectory,
+                     copy: int = 0, every: int = 0) -> QueryTrie | None | object:
+    """The constraint of an episode's second query (None: no candidate, the query is free).
+
+    every > 0 (`rollout.title_group: every`, with n = every): the episode is copy `copy` of its question's
+    group and takes that copy's candidate alone (a trie of one sequence, so the policy's log-prob of it
+    is still recorded); past the candidates it gets NO_TITLE_LEFT, except copy 0 of a question with
+    none, which writes freely. The episode's metrics record its group's candidates and whether n cut them."""
     titles = title_candidates(gazetteer, traj)
-    if not titles:
-        return None
     close = protocol.query[1]
-    return QueryTrie([tok.encode(f" {t} {close}", add_special_tokens=False) for t in titles])
+    sequences = [tok.encode(f" {t} {close}", add_special_tokens=False) for t in titles]
+    if every:
+        scalars = traj.metrics.setdefault("scalars", {})
+        scalars["title_candidates"] = float(len(titles))
+        scalars["title_candidates_cut"] = float(len(titles) > every)
+        if copy >= max(len(sequences), 1):
+            return NO_TITLE_LEFT
+        sequences = sequences[copy: copy + 1]
+    return QueryTrie(sequences) if sequences else None

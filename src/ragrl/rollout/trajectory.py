@@ -40,6 +40,7 @@ class EpisodeEnd(StrEnum):
     FORMAT_ERROR = "format_error"  # an unparseable turn, where the protocol ends the episode on one
     TIMEOUT = "timeout"            # cut at rollout.max_episode_s / max_rollout_s: truncated, no answer
     RETRIEVED = "retrieved"        # its last search was served: retrieval-only (HARR with no generator), or rollout.end_after_searches
+    UNUSED = "unused"              # rollout.title_group: every, no candidate title left for it: dropped from the rollout
     EOS = "eos"                    # single-generation agents (MMOA-RAG's): the engine's own stop reason
     STOP = "stop"
     LENGTH = "length"

@@ -129,12 +129,18 @@ def check_combinations(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.estimator={a.estimator} compares each sample with the other samples of its "
                           f"prompt; with rollout.n={cfg.rollout.n} every advantage is 0 and nothing is learned: "
                           "set rollout.n >= 2 or use a critic (gae) or reinforce_pp")
-    if a.drop_flat_groups and set(needs) != {"scores", "group_ids", "mask"}:
+    if a.drop_flat_groups and set(needs) - {"logprobs"} != {"scores", "group_ids", "mask"}:
         # reinforce_pp_baseline whitens over the batch and a critic's GAE reads values: a flat
         # group's advantages are not 0 there, so leaving it out would change the update.
         raise ConfigError(f"algo.drop_flat_groups: a flat group's advantage is 0 only under an estimator that "
-                          f"reads its group's scores alone (grpo, dr_grpo, rloo), not {a.estimator}; drop it "
+                          f"reads its group's scores alone (grpo, dr_grpo, rloo, enumerated), not {a.estimator}; drop it "
                           "or change algo.estimator")
+    if (a.estimator == "enumerated") != (cfg.rollout.title_group == "every"):
+        # A sampled group weighed as if it held each option once, or options weighed as if sampled: biased.
+        raise ConfigError(f"algo.estimator={a.estimator} with rollout.title_group={cfg.rollout.title_group}: the "
+                          "enumerated estimator weighs a group holding each title once (title_group: every) by "
+                          "the policy's probability of it, and such a group is no sample for the others; set "
+                          "both (estimator: enumerated, title_group: every) or neither")
     if cfg.critic_warmup:
         if not a.has_critic:
             raise ConfigError(f"critic_warmup: the {a.estimator} estimator has no critic to warm up; "

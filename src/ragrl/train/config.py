@@ -72,8 +72,9 @@ class AlgoConfig:
         "Advantage estimator. grpo: each sample's reward normalised within its question's group of "
         "rollout.n (dr_grpo: centred only, no std); rloo: leave-one-out baseline; reinforce_pp: "
         "REINFORCE++ (discounted token rewards, whitened over the batch; reinforce_pp_baseline: "
-        "group-centred first); gae: PPO's GAE with a critic (value head); gae_baseline: GAE on group-centred rewards. "
-        "Group estimators need rollout.n >= 2."))
+        "group-centred first); gae: PPO's GAE with a critic (value head); gae_baseline: GAE on group-centred rewards; "
+        "enumerated: a group holding each candidate title once (rollout.title_group: every), each weighed by the "
+        "policy's probability of it, the exact policy gradient of that choice. Group estimators need rollout.n >= 2."))
     policy_loss: PolicyLoss = setting("ppo_clip", help=(
         "The policy-gradient loss (ragrl.algos.registry.POLICY_LOSSES). ppo_clip: PPO's clipped "
         "surrogate with clip_low, clip_high and dual_clip (GRPO's too); a method may register its own."))
@@ -138,7 +139,7 @@ class AlgoConfig:
 
     drop_flat_groups: bool = setting(False, help=(
         "Leave out of the update every question whose group's rewards are all equal: under an "
-        "estimator that reads only its group's scores (grpo, dr_grpo, rloo) their advantage is 0, so "
+        "estimator that reads only its group's scores (grpo, dr_grpo, rloo, enumerated) their advantage is 0, so "
         "they would add only the KL term and the update's cost (DAPO's dynamic-sampling filter, "
         "without drawing more questions). A step whose groups are all flat takes no gradient step. "
         "One rank only."))

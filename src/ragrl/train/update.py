@@ -84,7 +84,8 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
     settings = {k: v for k, v in offered.items() if k in ADVANTAGE_ESTIMATORS[cfg.estimator].settings}
     # Group estimators read `scores`; a KL-in-reward penalty only reaches token-level ones.
     adv, ret = compute_advantages(cfg.estimator, scores=batch.scores, token_rewards=token_rewards,
-                                  values=values, mask=mask, group_ids=batch.group_ids, **settings)
+                                  values=values, mask=mask, group_ids=batch.group_ids,
+                                  logprobs=batch.old_logprobs, **settings)
     reshard(policy.module)   # FSDP keeps the root's weights gathered after a forward with no backward
     return Prepared(batch, adv, ret, values, ref, stats)
 
