@@ -7,7 +7,8 @@ rewards: a method adds its own through its record (`Method.estimators`, `Method.
 
 Every entry of ADVANTAGE_ESTIMATORS takes keyword arguments
 `scores [B] | None, token_rewards [B, T] | None, values [B, T] | None, mask [B, T],
-group_ids [B] | None, logprobs [B, T] | None (the acting policy's, on action tokens), **cfg` and returns `(advantages [B, T], returns [B, T])`.
+group_ids [B] | None, logprobs [B, T] | None (the acting policy's, on action tokens), **cfg` and
+returns `(advantages [B, T], returns [B, T])`.
 Outcome rewards and token rewards convert into each other: a missing `token_rewards`
 is `place_outcome_reward(scores)`, a missing `scores` is the sum of `token_rewards`
 over action tokens.
