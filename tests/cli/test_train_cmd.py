@@ -57,7 +57,7 @@ def test_explain_a_section_with_overrides(nothing_loads):
     keys = [line.split(" = ")[0] for line in lines if " = " in line and not line.startswith(" ")]
     assert keys[0] == "algo.estimator" and all(k.startswith("algo.") for k in keys) and len(keys) > 15
     assert "algo.kl_coef = 0.05  (float; default 0.0)" in lines
-    assert "    allowed: gae, gae_baseline, grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline" in lines
+    assert "    allowed: gae, gae_baseline, grpo, dr_grpo, rloo, enumerated, reinforce_pp, reinforce_pp_baseline" in lines
 
 
 def test_explain_with_no_key_lists_every_setting(nothing_loads):

@@ -138,7 +138,6 @@ def run_episodes(
     caching = getattr(engine, "prefix_caching", None)
     sampling_rng = None
     if isinstance(retriever, DocumentSampler):   # a retriever policy draws its documents: seeded per rollout
-
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
     if cfg.first_action == "question":
         _search_the_question(states, protocol, retriever, tok, cfg, stats, sampling_rng)
@@ -250,6 +249,7 @@ def check_forced_turns(cfg: RolloutConfig) -> None:
     """`rollout.last_action: answer` needs a turn before the last one to search in, `first_action:
     question` a turn left for the policy, and `second_action: search` a forced first search and a
     second turn that is not the forced answer."""
+    check_title_group(cfg)
     if cfg.last_action == "answer" and cfg.max_turns < 2:
         raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
                           "turns an answer, which leaves no turn to search: set max_turns >= 2")
@@ -265,8 +265,6 @@ def check_forced_turns(cfg: RolloutConfig) -> None:
         if cfg.second_query != "free":
             raise ConfigError(f"rollout.second_query={cfg.second_query} constrains the query of the second "
                               "search that rollout.second_action=search makes: set second_action: search")
-    check_title_group(cfg)
-    if cfg.second_action != "search":
         return
     if cfg.first_action == "free":
         raise ConfigError("rollout.second_action=search searches again after a first search, which "
