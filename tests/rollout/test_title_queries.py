@@ -92,7 +92,7 @@ def test_an_enumerated_group_takes_each_candidate_title_once(smollm2_policy, dem
     for t in trajs:
         groups.setdefault(t.group, []).append(t)
     assert sorted(groups) == list(range(6))          # every question keeps at least one episode
-    enumerated = cut = 0
+    enumerated = 0
     for mine in groups.values():
         titles = title_candidates(gazetteer, mine[0])
         assert len(mine) == max(1, min(len(titles), n)), (len(mine), titles)
@@ -102,7 +102,6 @@ def test_an_enumerated_group_takes_each_candidate_title_once(smollm2_policy, dem
         if not titles:
             continue
         enumerated += len(titles) > 1
-        cut += len(titles) > n
         chosen = [t.turns[1].queries[0][len(t.question) + 1:] for t in mine]
         assert chosen == titles[:n]
         logps = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ragrl.algos.masked import AlgoInputError, check_same_shape, masked_whiten
+from ragrl.algos.masked import AlgoInputError, check_same_shape, masked_sum, masked_whiten
 
 # --------------------------------------------------------------------------- helpers
 
@@ -244,7 +244,7 @@ def enumerated(scores: torch.Tensor, group_ids, mask: torch.Tensor,
     _check_scores(scores, m)
     check_same_shape(m, logprobs=logprobs)
     scores = scores.detach().to(torch.promote_types(scores.dtype, torch.float32))
-    sequence_logp = torch.where(m, logprobs.detach().to(scores.dtype), torch.zeros_like(scores[:, None])).sum(-1)
+    sequence_logp = masked_sum(logprobs.detach().to(scores.dtype), m, dim=-1)
     index, sizes = group_index(group_ids, scores.shape[0], scores.device)
     active = m.any(dim=-1)
     per_sequence = torch.zeros_like(scores)

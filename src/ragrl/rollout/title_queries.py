@@ -133,13 +133,12 @@ def title_query_trie(tok, protocol: TextProtocol, gazetteer: TitleGazetteer, tra
     is still recorded); past the candidates it gets NO_TITLE_LEFT, except copy 0 of a question with
     none, which writes freely. The episode's metrics record its group's candidates and whether n cut them."""
     titles = title_candidates(gazetteer, traj)
-    close = protocol.query[1]
-    sequences = [tok.encode(f" {t} {close}", add_special_tokens=False) for t in titles]
     if every:
         scalars = traj.metrics.setdefault("scalars", {})
         scalars["title_candidates"] = float(len(titles))
         scalars["title_candidates_cut"] = float(len(titles) > every)
-        if copy >= max(len(sequences), 1):
+        if copy >= max(len(titles), 1):
             return NO_TITLE_LEFT
-        sequences = sequences[copy: copy + 1]
-    return QueryTrie(sequences) if sequences else None
+        titles = titles[copy: copy + 1]
+    close = protocol.query[1]
+    return QueryTrie([tok.encode(f" {t} {close}", add_special_tokens=False) for t in titles]) if titles else None
