@@ -1,11 +1,14 @@
-"""How far evaluation runs from this CPU's limit (issue #55): the machine's float32 matmul rate against
-the FLOP/s each system of a finished comparison achieved.
+"""How far evaluation runs from this CPU's limit (issue #55): the machine's matmul rate against the
+FLOP/s each system of a finished comparison achieved, both in the precision the comparison's weights
+had (compare.json's `weights`: float32, or bfloat16 from `ragrl compare --dtype bfloat16`).
 
     .venv/bin/python benchmarks/eval_flops.py runs/learn_c_compare
 
-1. The matmul rate: the best of `--repeats` timed `torch.matmul`s of square float32 matrices of each
-   `--sizes` side, on this process's torch threads (the count `ragrl compare` decodes with), as
-   GFLOP/s (2 n^3 a product). The largest is the ceiling a dense decoder's linear layers can reach.
+1. The matmul rate: the best of `--repeats` timed `torch.matmul`s of square matrices of each `--sizes`
+   side, in the comparison's precision, on this process's torch threads (the count `ragrl compare`
+   decodes with), as GFLOP/s (2 n^3 a product). The largest is the ceiling a dense decoder's linear
+   layers can reach. A CPU with AMX runs bfloat16 products several times faster than float32 ones,
+   so each precision is measured against its own ceiling.
 2. Each system's achieved rate, from the comparison's own files (nothing is decoded again): the tokens
    its reader processed (every token of every answering trajectory: prompt, observations and generated
    tokens each pass through the model once, as the engines keep each row's KV cache across turns)
@@ -27,18 +30,20 @@ from pathlib import Path
 
 import torch
 
+from ragrl.errors import ConfigError
 from ragrl.eval.cells import markdown_table
 from ragrl.eval.report import file_stem
 from ragrl.models.lm_weights import load_policy
+from ragrl.policy.lm_model import eval_dtype
 from ragrl.train.run_dir import describe_machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def matmul_gflops(n: int, repeats: int) -> float:
-    """Best GFLOP/s of `repeats` float32 n x n products (after one warm-up)."""
+def matmul_gflops(n: int, repeats: int, dtype: torch.dtype = torch.float32) -> float:
+    """Best GFLOP/s of `repeats` n x n products in `dtype` (after one warm-up)."""
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
     torch.matmul(a, b)
     best = float("inf")
     for _ in range(repeats):
@@ -73,8 +78,13 @@ def main() -> None:
     missing = [name for name, path in files.items() if not path.is_file()]
     if missing:   # before any timing: a folder that is not a finished comparison
         raise SystemExit(f"{args.compare_dir}: no trajectories_<system>.jsonl for {', '.join(missing)}")
+    weights = table.get("weights", "float32")   # comparisons before --dtype existed ran in float32
+    try:
+        dtype = eval_dtype(weights, "compare.json's weights")
+    except ConfigError as e:
+        raise SystemExit(f"{args.compare_dir}: {e}") from None
     sizes = [int(s) for s in args.sizes.split(",")]
-    rates = {n: matmul_gflops(n, args.repeats) for n in sizes}
+    rates = {n: matmul_gflops(n, args.repeats, dtype) for n in sizes}
     peak = max(rates.values())
     model, _ = load_policy(args.model)
     params = sum(p.numel() for p in model.parameters())
@@ -92,13 +102,13 @@ def main() -> None:
     result = {"compare_dir": str(args.compare_dir), "model": args.model, "parameters": params,
               "body_parameters": body, "vocabulary_projection_parameters": head.numel(),
               "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-              "machine": describe_machine(), "matmul_gflops": {str(n): r for n, r in rates.items()},
+              "machine": describe_machine(), "weights": weights, "matmul_gflops": {str(n): r for n, r in rates.items()},
               "matmul_peak_gflops": peak, "systems": systems,
               "note": "achieved = (2 x body parameters x tokens processed + 2 x vocabulary projection x tokens "
                       "generated) / wall; attention's score and mixing FLOPs are left out (a lower bound)"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
-    print(f"float32 matmul on {torch.get_num_threads()} threads: "
+    print(f"{weights} matmul on {torch.get_num_threads()} threads: "
           + ", ".join(f"{n}: {r:.1f} GFLOP/s" for n, r in rates.items()))
     print("\n".join(markdown_table(
         ["system", "tokens processed / q", "generated / q", "wall s", "GFLOP/s", "share of matmul rate"],
