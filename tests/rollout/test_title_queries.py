@@ -113,6 +113,46 @@ def test_an_enumerated_group_takes_each_candidate_title_once(smollm2_policy, dem
     assert enumerated >= 1, "the demo questions gave no choice to enumerate"
 
 
+def test_title_notes_list_each_candidate_with_its_first_sentence_before_the_choice(smollm2_policy, demo_bm25_index):
+    """title_notes: first_sentence: the second search's thought lists the episode's candidates, each
+    with the first sentence of its page, out of every loss, and the query written is still one of them;
+    without candidates the thought is the plain one. The cache key tells the two apart."""
+    model, tok = smollm2_policy
+    retriever = InProcessRetriever(demo_bm25_index)
+    protocol = get_protocol("search_r1")
+    samples = load_questions(DEMO_EVAL, limit=4)
+    cfg = RolloutConfig(**SHAPE, second_query="title", title_notes="first_sentence", temperature=0.0)
+    trajs, _ = run_episodes(HFEngine(model, tok), protocol, retriever, samples, cfg)
+    plain, _ = run_episodes(HFEngine(model, tok), protocol, retriever, samples,
+                            RolloutConfig(**SHAPE, second_query="title", temperature=0.0))
+    gazetteer = gazetteer_of(retriever)
+    noted = 0
+    for t, p in zip(trajs, plain):
+        titles = title_candidates(gazetteer, t)
+        text = tok.decode(t.token_ids[t.prompt_len:])
+        if not titles:
+            assert "Titles I can search" not in text
+            continue
+        noted += 1
+        assert t.turns[1].queries[0] in titles
+        for title in titles[:12]:
+            line = f"- {title}: {gazetteer.note(title)}" if gazetteer.note(title) else f"- {title}"
+            assert line in text, (line, text)
+        # The notes are the runner's tokens: the policy's are only the title it chose, and the episode
+        # is longer than the plain one by the notes alone.
+        written = tok.encode(f" {t.turns[1].queries[0]} </search>", add_special_tokens=False)
+        assert sum(t.action_mask) == len(written) and t.token_ids[-len(written):] == written
+        assert len(t.token_ids) > len(p.token_ids)
+    assert noted >= 2, "the demo questions gave no candidate to note"
+    assert evaluation_key(cfg)["title_notes"] == "first_sentence"
+    assert "title_notes" not in evaluation_key(RolloutConfig(**SHAPE, second_query="title"))
+
+
+def test_title_notes_need_a_constrained_second_query():
+    with pytest.raises(ConfigError, match="title_notes=first_sentence notes the candidate titles"):
+        check_forced_turns(RolloutConfig(**SHAPE, title_notes="first_sentence"))
+
+
 def test_title_group_every_needs_a_constrained_second_query():
     with pytest.raises(ConfigError, match="title_group=every"):
         check_forced_turns(RolloutConfig(**SHAPE, title_group="every"))

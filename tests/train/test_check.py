@@ -58,6 +58,8 @@ def test_a_bad_setting_is_refused_when_the_config_resolves(override, names):
     (["algo.estimator=enumerated"], "algo.estimator=enumerated with rollout.title_group=sample"),
     (["rollout.title_group=every"], "algo.estimator=grpo with rollout.title_group=every"),
     (["rollout.title_group=every", "algo.estimator=enumerated"], "rollout.title_group=every gives each episode"),
+    (["rollout.title_notes=first_sentence"], "rollout.title_notes=first_sentence writes the candidate titles' notes"),
+    (["rollout.title_notes=first_sentence", "sft.steps=0"], "title_notes=first_sentence notes the candidate titles"),
     (["ema_decay=1.5"], r"ema_decay must be in \[0, 1\)"),
     (["ema_decay=0.9", "shard_params=true"], "ema_decay: weight averaging of FSDP-sharded"),
     (["policy=retriever", "retriever.hops=2", "retriever.generator=smollm2-135m-instruct"], "retriever.hops: with a generator"),

@@ -60,3 +60,7 @@ class TitleLister(Protocol):
     def corpus_titles(self) -> Sequence[str]:
         """Every passage's title, in corpus order (repeats included)."""
         ...
+
+    def corpus_texts(self) -> Sequence[str]:
+        """Every passage's text, in the same order (`rollout.title_notes` reads a title's first)."""
+        ...

@@ -83,10 +83,17 @@ class InProcessRetriever:
 
     def corpus_titles(self) -> Sequence[str]:
         """The corpus's titles, row by row (`TitleLister`); refused for an index without a corpus."""
+        return self._corpus("titles").titles
+
+    def corpus_texts(self) -> Sequence[str]:
+        """The corpus's texts, row by row (`TitleLister`; a corpus on disk reads a row when asked)."""
+        return self._corpus("texts").texts
+
+    def _corpus(self, what: str):
         corpus = getattr(self.index, "corpus", None)
         if corpus is None:
-            raise RagrlError(f"index {type(self.index).__name__} has no corpus whose titles could be listed")
-        return corpus.titles
+            raise RagrlError(f"index {type(self.index).__name__} has no corpus whose {what} could be listed")
+        return corpus
 
     def close(self) -> None:
         pass

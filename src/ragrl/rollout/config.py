@@ -57,6 +57,14 @@ class RolloutConfig:
         "weighs each title by the policy's probability of it (the exact policy gradient of the choice), "
         "and n at least the most candidates a question has (the step's rollout/title_candidates_cut says "
         "how often a question had more)."))
+    title_notes: Literal["none", "first_sentence"] = setting("none", help=(
+        "Under second_query: title or question_title. none: the policy chooses among the titles by their "
+        "names alone. first_sentence: the runner writes the candidates into the second search's thought, "
+        "one a line, each with the first sentence of its first passage (at most 16 words; at most 12 "
+        "titles, the first in sorted order), out of every loss, in training and evaluation alike: the "
+        "chooser reads what each title's page is before it chooses. Needs an in-process index (it reads "
+        "the corpus's texts) and, for an LM run, sft.steps: 0 (the SFT episodes write the thought without "
+        "the notes)."))
     last_action: Literal["free", "answer"] = setting("free", help=(
         "free: the policy chooses the action of its last turn (rollout.max_turns). answer: an episode "
         "that reaches its last turn answers there: the runner writes the protocol's answer opening (a "
@@ -117,7 +125,7 @@ TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": 
 # Settings added after evaluations were first cached, with the value that leaves episodes as they were:
 # they join a cache key only when set, so entries written before they existed stay valid.
 KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy",
-                  "second_query": "free"}
+                  "second_query": "free", "title_notes": "none"}
 
 
 def evaluation_key(rollout: RolloutConfig) -> dict:
@@ -126,7 +134,7 @@ def evaluation_key(rollout: RolloutConfig) -> dict:
 
     >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))  # doctest: +NORMALIZE_WHITESPACE
     ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s',
-     'second_action', 'second_query', 'title_group', 'turns_in_slot']
+     'second_action', 'second_query', 'title_group', 'title_notes', 'turns_in_slot']
     >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
     'start'
     """

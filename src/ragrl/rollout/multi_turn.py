@@ -35,7 +35,8 @@ from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
-from ragrl.rollout.title_queries import NO_TITLE_LEFT, QueryTrie, check_title_group, gazetteer_of, title_query_trie
+from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, check_title_group, gazetteer_of,
+                                        notes_thought, title_query_trie)
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -52,7 +53,7 @@ class _State:
     turn_start: int = 0                # where its latest turn's generated ids start in traj.token_ids
     turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
     closing: tuple[str, list[int]] | None = None   # the last turn's answer opening (last_action: answer)
-    again: tuple[str, list[int]] | None = None     # the second turn's search opening (second_action: search)
+    again: Callable[[Trajectory], tuple[str, list[int]]] | None = None   # the second turn's search opening
     title_rule: Callable[[Trajectory, int], QueryTrie | None] | None = None   # second_query: title's constraint
     copy: int = 0                      # which of its question's rollout.n episodes this is
     allowed: QueryTrie | None = None   # the next turn's constraint (its second query's titles), if any
@@ -115,12 +116,12 @@ def run_episodes(
     opening = protocol.search_opening() if cfg.first_action == "search" else ""
     check_forced_turns(cfg)
     closing = _closing(protocol, cfg, tok)
-    again = _again(protocol, cfg, tok)
-    title_rule = None
+    title_rule, gazetteer = None, None
     if cfg.second_query != "free":   # refused here, before any turn, where the retriever lists no titles
         gazetteer = gazetteer_of(retriever)
         every = cfg.n if cfg.title_group == "every" else 0
         title_rule = lambda traj, copy: title_query_trie(tok, protocol, gazetteer, traj, copy, every)   # noqa: E731
+    again = _again(protocol, cfg, tok, gazetteer)
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
     for i, s in enumerate(samples):
@@ -294,12 +295,20 @@ def _search_the_question(states: list[_State], protocol: TextProtocol, retriever
     stats["retrieval_s"] += time.perf_counter() - t0
 
 
-def _again(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:
-    """`rollout.second_action: search`'s opening of the second turn (its text and ids); None: off."""
+def _again(protocol: TextProtocol, cfg: RolloutConfig, tok, gazetteer: TitleGazetteer | None
+           ) -> Callable[[Trajectory], tuple[str, list[int]]] | None:
+    """`rollout.second_action: search`'s opening of an episode's second turn (its text and ids); None:
+    off. Under `rollout.title_notes` its thought lists the episode's candidate titles with their notes."""
     if cfg.second_action != "search":
         return None
+    if cfg.title_notes != "none" and gazetteer is not None:
+        def noted(traj: Trajectory) -> tuple[str, list[int]]:
+            text = protocol.search_opening(notes_thought(gazetteer, traj), first=False)
+            return text, tok.encode(text, add_special_tokens=False)
+        return noted
     text = protocol.search_opening(NEXT_SEARCH_THOUGHT, first=False)
-    return text, tok.encode(text, add_special_tokens=False)
+    fixed = text, tok.encode(text, add_special_tokens=False)
+    return lambda traj: fixed
 
 
 def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list[int]] | None:
@@ -315,7 +324,7 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
     (last_action), or the second search's (second_action, after a first turn that searched)."""
     t = st.traj
     if st.again is not None and t.num_turns == 1 and t.num_searches == 1:
-        _write_opening(st, *st.again)
+        _write_opening(st, *st.again(t))
         if st.title_rule is not None:
             st.allowed = st.title_rule(t, st.copy)
             if st.allowed is NO_TITLE_LEFT:   # title_group: every, past its question's titles

@@ -18,38 +18,79 @@ stay the model's own (see `SamplingParams.allowed_tokens`).
 In training, `rollout.title_group: every` hands a question's episodes its candidates one each instead
 of sampling among them, for the `enumerated` estimator (issue #53's candidate Y: with a median of
 four titles, eight samples mostly drew the same one, and 93% of groups were flat).
+
+`rollout.title_notes: first_sentence` writes the candidates into the second search's thought, each with
+the first sentence of its first passage, before the policy chooses (issue #53's candidate AC): choosing
+among bare names, a 135M chooser learned a point or less from RL (candidates AA, AB), and a name alone
+rarely says whether its page is the question's bridge (a person, a film, a place).
 """
 from __future__ import annotations
 
+import re
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.retrieval.base import Retriever, TitleLister
-from ragrl.rollout.protocol import TextProtocol
+from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, TextProtocol
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.text import normalize_answer
 
 # Longer titles are rare and would make every phrase lookup longer.
 MAX_TITLE_WORDS = 8
+# A note's words and the titles noted in one thought: twelve notes of 16 words (about 360 tokens) fit
+# the Search-R1 shape's second turn after its first observation; a question has 4.9 candidates on
+# average and more than 12 in 0.6% of `pool-train` episodes (the rest are left out of the thought,
+# not of the choice).
+NOTE_WORDS = 16
+MAX_NOTED_TITLES = 12
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def first_sentence(text: str, max_words: int = NOTE_WORDS) -> str:
+    """A passage's first sentence, cut to `max_words` words ("..." marks a cut).
+
+    >>> first_sentence("Janet Waldo (1920 - 2016) was an American actress. She voiced Judy Jetson.")
+    'Janet Waldo (1920 - 2016) was an American actress.'
+    >>> first_sentence("one two three four", max_words=2)
+    'one two ...'
+    """
+    words = _SENTENCE_END.split(text.strip(), maxsplit=1)[0].split()
+    return " ".join(words[:max_words] + (["..."] if len(words) > max_words else []))
 
 
 class TitleGazetteer:
     """The corpus's titles by their normalised phrase, to find the ones a text names.
 
-    >>> g = TitleGazetteer(["Golden State Warriors", "NBA draft", "The Warriors", "Warriors"])
+    With the corpus's texts (row by row, as the titles), a title's note is the first sentence of its
+    first passage in corpus order.
+
+    >>> g = TitleGazetteer(["Golden State Warriors", "NBA draft", "The Warriors", "Warriors"],
+    ...                    texts=["A team. Based in San Francisco.", "", "A film.", "A band."])
     >>> g.named_in("The NBA Draft was held by the Golden State Warriors.", exclude={"nba draft"})
     ['Golden State Warriors', 'The Warriors']
+    >>> g.note("Golden State Warriors"), g.note("NBA draft")
+    ('A team.', '')
     """
 
-    def __init__(self, titles: Iterable[str], max_words: int = MAX_TITLE_WORDS):
+    def __init__(self, titles: Iterable[str], max_words: int = MAX_TITLE_WORDS,
+                 texts: Sequence[str] | None = None):
         self.by_phrase: dict[str, str] = {}
-        for title in titles:
+        self.texts = texts
+        self.first_row: dict[str, int] = {}   # a title's first passage (notes read its text lazily)
+        for row, title in enumerate(titles):
             phrase = normalize_answer(title)
             if phrase and len(phrase.split()) <= max_words:
                 self.by_phrase.setdefault(phrase, title)   # the first spelling in corpus order
+                if texts is not None:
+                    self.first_row.setdefault(title, row)
         self.max_words = max((len(p.split()) for p in self.by_phrase), default=0)
+
+    def note(self, title: str) -> str:
+        """The first sentence of `title`'s first passage; '' for a title with no text, or no texts."""
+        row = self.first_row.get(title)
+        return "" if row is None or self.texts is None else first_sentence(self.texts[row])
 
     def named_in(self, text: str, exclude: set[str] = frozenset()) -> list[str]:
         """The titles (as the corpus spells them) whose phrase occurs in `text`, less those whose
@@ -100,7 +141,7 @@ def gazetteer_of(retriever: Retriever | None) -> TitleGazetteer:
         raise ConfigError(f"rollout.second_query=title (or question_title) needs a retriever that lists its corpus's titles (an "
                           f"in-process index); {type(retriever).__name__} does not: set rollout.second_query=free")
     if retriever not in _GAZETTEERS:
-        _GAZETTEERS[retriever] = TitleGazetteer(retriever.corpus_titles())
+        _GAZETTEERS[retriever] = TitleGazetteer(retriever.corpus_titles(), texts=retriever.corpus_texts())
     return _GAZETTEERS[retriever]
 
 
@@ -112,8 +153,33 @@ def title_candidates(gazetteer: TitleGazetteer, traj: Trajectory) -> list[str]:
     return gazetteer.named_in(f"{traj.question} {first.observation}", exclude=shown)
 
 
+def notes_thought(gazetteer: TitleGazetteer, traj: Trajectory, max_titles: int = MAX_NOTED_TITLES) -> str:
+    """The second search's thought under `rollout.title_notes`: the episode's candidate titles (the
+    first `max_titles` in sorted order), each with its note, one a line; the plain thought without any.
+
+    >>> from ragrl.rollout.trajectory import Turn
+    >>> g = TitleGazetteer(["Cats", "Tom Hooper", "Les Mis"], texts=["A musical.", "An English director. B.", "x"])
+    >>> t = Trajectory("q", "Who directed Cats?", [], [], [], [], prompt_len=0)
+    >>> t.turns.append(Turn(action_text="", kind="search", passage_titles=[["Cats"]],
+    ...                     observation="Cats was directed by Tom Hooper."))
+    >>> print(notes_thought(g, t))
+    I need more information. Titles I can search:
+    - Tom Hooper: An English director.
+    """
+    titles = title_candidates(gazetteer, traj)[:max_titles]
+    if not titles:
+        return NEXT_SEARCH_THOUGHT
+    lines = [f"- {t}: {note}" if (note := gazetteer.note(t)) else f"- {t}" for t in titles]
+    return "\n".join([f"{NEXT_SEARCH_THOUGHT} Titles I can search:", *lines])
+
+
 def check_title_group(cfg) -> None:
-    """`rollout.title_group: every` hands out the titles `second_query` chooses among: refused without one."""
+    """`rollout.title_group: every` hands out the titles `second_query` chooses among, and
+    `rollout.title_notes` notes them: each refused without one."""
+    if cfg.title_notes != "none" and cfg.second_query == "free":
+        raise ConfigError(f"rollout.title_notes={cfg.title_notes} notes the candidate titles that "
+                          "rollout.second_query=title (or question_title) chooses among; this run's second "
+                          "query is free: set second_query, or title_notes: none")
     if cfg.title_group == "every" and cfg.second_query == "free":
         raise ConfigError("rollout.title_group=every gives each episode of a group one of the titles that "
                           "rollout.second_query=title (or question_title) chooses among; this run's second "

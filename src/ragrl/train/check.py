@@ -124,6 +124,11 @@ def check_combinations(cfg: TrainConfig) -> None:
                               f"with second_action=search makes (one query a search); this run has first_action="
                               f"{r.first_action}, second_action={r.second_action}, agent {cfg.agent}: set those, "
                               "or use sft.builder=gold_search_missed")
+    if cfg.policy == "lm" and cfg.sft.steps > 0 and cfg.rollout.title_notes != "none":
+        raise ConfigError(f"rollout.title_notes={cfg.rollout.title_notes} writes the candidate titles' notes into "
+                          f"the second search's thought, and the SFT episodes (sft.builder={cfg.sft.builder}) write "
+                          "that thought without them, so the warm start would learn a context no rollout shows: "
+                          "set sft.steps=0, or title_notes: none")
     if "group_ids" in needs and cfg.rollout.n < 2:
         # A group is one prompt's rollout.n samples: alone in its group, every sample's advantage is 0.
         raise ConfigError(f"algo.estimator={a.estimator} compares each sample with the other samples of its "
