@@ -124,13 +124,15 @@ def register(app: typer.Typer) -> None:
         if query_encoder is not None and not (query_encoder / "modules.json").is_file():
             raise typer.BadParameter(f"{query_encoder} is not a sentence-transformers folder (no modules.json)",
                                      param_hint="--query-encoder")
-        from ragrl.engines.registry import make_engine, require_engine  # late: keeps `ragrl --help` instant
+        from ragrl.engines.registry import require_engine  # late: keeps `ragrl --help` instant
         from ragrl.errors import ConfigError  # late: keeps `ragrl --help` instant
         from ragrl.policy.lm_model import eval_dtype, resolve_device  # late: keeps `ragrl --help` instant
+        from ragrl.policy.model_config import ModelConfig, engine_for, engine_kind as kind_to_build  # late: as above
 
-        engine_kind = engine_kind or (trained.model.engine if trained else "auto")
-        if rollout.answer_by != "policy" and engine_kind == "auto":
-            engine_kind = "hf"   # it switches adapters between calls, which a compiled step would not see
+        # The run's `model:` section builds the engine, as in training and compare; --engine overrides its kind.
+        model_section = trained.model if trained else ModelConfig()
+        engine_kind = kind_to_build(engine_kind or model_section.engine, switches_adapters=(
+            rollout.answer_by != "policy" or search_threshold is not None))
         try:   # before any work
             weights = eval_dtype(dtype)
         except ConfigError as error:
@@ -143,8 +145,6 @@ def register(app: typer.Typer) -> None:
             require_engine(engine_kind, setting="--engine")
         except ConfigError as error:
             raise typer.BadParameter(str(error), param_hint="--engine")
-        if search_threshold is not None and engine_kind == "auto":
-            engine_kind = "hf"
         if search_threshold is not None and engine_kind != "hf":
             raise typer.BadParameter("the threshold decision reads the first action token's probability from the "
                                      "HF model; use --engine hf", param_hint="--search-threshold")
@@ -189,8 +189,7 @@ def register(app: typer.Typer) -> None:
             with_start = trained is not None and answers_by_start(trained)
             lm = load_adapters(lm, adapter, with_start=with_start, merge=rollout.answer_by == "policy")
         lm = lm.to(weights)   # after the merge, which is done in float32
-        engine = agent_engine = make_engine(engine_kind, lm, tok, max_batch_size=batch_size,
-                                            compile_mode=trained.model.compile if trained else "auto")
+        engine = agent_engine = engine_for(model_section, lm, tok, max_batch_size=batch_size, kind=engine_kind)
         if search_threshold is not None:
             from ragrl.engines.threshold import ThresholdDecisionEngine  # late: as above
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ragrl.compare.runs import RunRecord, SearchSetting, answers_by_start
-from ragrl.engines.registry import make_engine
 from ragrl.errors import RagrlError
 from ragrl.eval.batches import in_batches
 from ragrl.eval.cache import adapter_digest
@@ -37,6 +36,7 @@ from ragrl.methods.base import runner_settings, settings_of
 from ragrl.models.agent_adapters import load_adapters
 from ragrl.models.lm_weights import load_policy
 from ragrl.policy.lm_model import eval_dtype
+from ragrl.policy.model_config import ModelConfig, engine_for
 from ragrl.retrieval.corpus import Corpus, file_sha256
 from ragrl.rewards.qa import answer_in, is_yes_no
 from ragrl.rewards.search import first_answer_rank, gold_recall
@@ -88,7 +88,7 @@ class Context:
         """The reader (base weights, no adapter), loaded once for every system that uses it."""
         if self._reader is None:
             lm, tok = load_policy(self.reader, dtype=eval_dtype(self.dtype), device=self.device)
-            self._reader = (make_engine("auto", lm, tok, max_batch_size=self.batch_size), lm)
+            self._reader = (engine_for(ModelConfig(), lm, tok, max_batch_size=self.batch_size), lm)
         return self._reader[0]
 
 
@@ -176,18 +176,18 @@ def _baseline(system: System, ctx: Context) -> list[list[Trajectory]]:
     return [[t] for t in trajs]
 
 
-def _lm_engine(model_name: str, artifact: Path | None, ctx: Context, compile_mode: str = "auto",
-               with_start: bool = False, switchable: bool = False):
-    """An engine over `model_name` with `artifact`'s adapters; `with_start`: and the frozen start beside
-    them, switched to by `rollout.answer_by: start`; `switchable`: adapters left unmerged, switched off by
-    `rollout.answer_by: base` (either: the hf engine, since a compiled step would not see a switch).
-    Otherwise one shared adapter is merged into the weights in float32, before any cast to `ctx.dtype`."""
-    lm, tok = load_policy(model_name, device=ctx.device)
+def _lm_engine(mcfg: ModelConfig, artifact: Path | None, ctx: Context, with_start: bool = False,
+               switchable: bool = False):
+    """An engine over `mcfg`'s model with `artifact`'s adapters, built as the `model:` section says
+    (`engine_for`); `with_start`: and the frozen start beside them, switched to by `rollout.answer_by:
+    start`; `switchable`: adapters left unmerged, switched off by `rollout.answer_by: base` (either: auto
+    means the hf engine, since a compiled step would not see a switch). Otherwise one shared adapter is
+    merged into the weights in float32, before any cast to `ctx.dtype`."""
+    lm, tok = load_policy(mcfg.name, device=ctx.device)
     if artifact is not None:
         lm = load_adapters(lm, artifact, with_start=with_start, merge=not (with_start or switchable))
     lm = lm.to(eval_dtype(ctx.dtype))
-    return make_engine("hf" if with_start or switchable else "auto", lm, tok, max_batch_size=ctx.batch_size,
-                       compile_mode=compile_mode)
+    return engine_for(mcfg, lm, tok, max_batch_size=ctx.batch_size, switches_adapters=with_start or switchable)
 
 
 def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
@@ -200,15 +200,14 @@ def episodes_of(system: System, ctx: Context) -> list[list[Trajectory]]:
         if not own.generator:
             return _reader_fed(system, ctx)
         # a frozen generator searching with the (trained or starting) encoder, as it was trained
-        engine = _lm_engine(own.generator, own.generator_adapter, ctx)
+        engine = _lm_engine(ModelConfig(name=own.generator), own.generator_adapter, ctx)
         return _agent_episodes(system, ctx, engine, system.run.method.eval_retriever(cfg, system.artifact))
     # answer_by=start: a warm-started run's start is the adapter it saved beside its own (a run from the
     # base model answers with the base, adapters off); a start system answers with itself anyway
     with_start = system.role != "start" and answers_by_start(cfg)   # a start answers itself (evaluated_rollout)
     # answer_by=base (the run and its start alike), or start from the base model: adapters switched off
     switchable = evaluated_rollout(cfg, ctx, system.role).answer_by != "policy"
-    engine = _lm_engine(cfg.model.name, system.artifact, ctx, cfg.model.compile, with_start=with_start,
-                        switchable=switchable)
+    engine = _lm_engine(cfg.model, system.artifact, ctx, with_start=with_start, switchable=switchable)
     return _agent_episodes(system, ctx, engine, ctx.retriever)
 
 

@@ -61,13 +61,23 @@ class ModelConfig:
         "the other rows wait."))
 
 
+def engine_kind(requested: str, *, switches_adapters: bool = False) -> str:
+    """The engine kind to build for `requested`: as asked, except that `auto` means hf where the caller
+    switches LoRA adapters between calls (`rollout.answer_by` other than policy) or reads the HF model's
+    own token probabilities (a threshold decision): a compiled decode step (the static engine's on a GPU)
+    would not see the switch, and refusing there would make such runs fail on the one machine `auto`
+    exists for.
+
+    >>> engine_kind("auto"), engine_kind("auto", switches_adapters=True), engine_kind("static", switches_adapters=True)
+    ('auto', 'hf', 'static')
+    """
+    return "hf" if switches_adapters and requested == "auto" else requested
+
+
 def engine_for(mcfg: ModelConfig, model, tokenizer, *, max_batch_size: int | None = None,
-               switches_adapters: bool = False):
-    """The rollout engine this `model:` section names (`engine`, `compile`, `max_batch_size`) over `model`.
-    `switches_adapters`: the run turns its LoRA adapters on and off between calls (`rollout.answer_by`
-    other than policy), so `auto` means hf, as compare's engines do: a compiled decode step (the static
-    engine's on a GPU) would not see the switch, and refusing there would make the learn variants fail
-    on the one machine `auto` exists for."""
-    kind = "hf" if switches_adapters and mcfg.engine == "auto" else mcfg.engine
-    return make_engine(kind, model, tokenizer, max_batch_size=max_batch_size or mcfg.max_batch_size,
-                       compile_mode=mcfg.compile)
+               switches_adapters: bool = False, kind: str | None = None):
+    """The rollout engine a `model:` section names (`engine`, `compile`, `max_batch_size`) over `model`:
+    the one way training, evaluation, compare and the quickstart build one. `kind` overrides the
+    section's engine (`ragrl eval --engine`); `switches_adapters` as in `engine_kind`."""
+    return make_engine(engine_kind(kind or mcfg.engine, switches_adapters=switches_adapters), model, tokenizer,
+                       max_batch_size=max_batch_size or mcfg.max_batch_size, compile_mode=mcfg.compile)
