@@ -9,8 +9,8 @@ from ragrl.engines.hf import HFEngine
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.paths import DEMO_EVAL
 from ragrl.retrieval.inprocess import InProcessRetriever
-from ragrl.rollout.config import RolloutConfig, evaluation_key
-from ragrl.rollout.multi_turn import check_forced_turns, run_episodes
+from ragrl.rollout.config import RolloutConfig, check_forced_turns, evaluation_key
+from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import get_protocol
 from ragrl.rollout.title_queries import QueryTrie, TitleGazetteer, gazetteer_of, title_candidates
 

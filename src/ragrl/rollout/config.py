@@ -1,10 +1,12 @@
-"""The rollout settings (the `rollout:` section of a recipe), and which of them an evaluated result
-depends on. Every runner and evaluation reads them; `multi_turn` runs the episodes they describe."""
+"""The rollout settings (the `rollout:` section of a recipe), which of them work together, and which of
+them an evaluated result depends on. Every runner and evaluation reads them; `multi_turn` runs the
+episodes they describe."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
+from ragrl.errors import ConfigError
 from ragrl.yaml_config import setting
 
 
@@ -140,3 +142,47 @@ def evaluation_key(rollout: RolloutConfig) -> dict:
     """
     return {k: v for k, v in rollout.__dict__.items()
             if k not in TRAINING_ONLY and (k not in KEYED_WHEN_SET or KEYED_WHEN_SET[k] != v)}
+
+
+def check_forced_turns(cfg: RolloutConfig) -> None:
+    """`rollout.last_action: answer` needs a turn before the last one to search in, `first_action:
+    question` a turn left for the policy, and `second_action: search` a forced first search and a
+    second turn that is not the forced answer."""
+    check_title_group(cfg)
+    if cfg.last_action == "answer" and cfg.max_turns < 2:
+        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
+                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
+    if cfg.first_action == "question":
+        if cfg.max_turns < 2:
+            raise ConfigError(f"rollout.first_action=question makes the first of rollout.max_turns={cfg.max_turns} "
+                              "turns the runner's own search, which leaves the policy none: set max_turns >= 2")
+        if cfg.end_after_searches is not None and cfg.end_after_searches < 2:
+            raise ConfigError(f"rollout.end_after_searches={cfg.end_after_searches} ends every episode at the "
+                              "runner's own search (rollout.first_action=question), before the policy acts: "
+                              "set it >= 2, or null")
+    if cfg.second_action != "search":
+        if cfg.second_query != "free":
+            raise ConfigError(f"rollout.second_query={cfg.second_query} constrains the query of the second "
+                              "search that rollout.second_action=search makes: set second_action: search")
+        return
+    if cfg.first_action == "free":
+        raise ConfigError("rollout.second_action=search searches again after a first search, which "
+                          "rollout.first_action=free does not make sure of: set rollout.first_action=search")
+    turns = 3 if cfg.last_action == "answer" else 2
+    if cfg.max_turns < turns:
+        raise ConfigError(f"rollout.second_action=search needs a second turn to search in and rollout.max_turns="
+                          f"{cfg.max_turns} leaves none{' before the forced answer' if turns == 3 else ''}: set "
+                          f"max_turns >= {turns}")
+
+
+def check_title_group(cfg: RolloutConfig) -> None:
+    """`rollout.title_group: every` hands out the titles `second_query` chooses among, and
+    `rollout.title_notes` notes them: each refused without one."""
+    if cfg.title_notes != "none" and cfg.second_query == "free":
+        raise ConfigError(f"rollout.title_notes={cfg.title_notes} notes the candidate titles that "
+                          "rollout.second_query=title (or question_title) chooses among; this run's second "
+                          "query is free: set second_query, or title_notes: none")
+    if cfg.title_group == "every" and cfg.second_query == "free":
+        raise ConfigError("rollout.title_group=every gives each episode of a group one of the titles that "
+                          "rollout.second_query=title (or question_title) chooses among; this run's second "
+                          "query is free: set second_query, or title_group: sample")

@@ -31,12 +31,12 @@ from ragrl.engines.base import Engine, Generation, NextTurn, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.retrieval.base import DocumentSampler, Retriever
 from ragrl.retrieval.stochastic import QueryRequest
-from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.config import RolloutConfig, check_forced_turns
 from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
-from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, check_title_group, gazetteer_of,
-                                        notes_thought, title_query_trie)
+from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, gazetteer_of, notes_thought,
+                                        title_query_trie)
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -244,37 +244,6 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         engine.run_turns([states[e].traj.token_ids for e in going], first,
                          lambda ended: turn_ends([(going[i], g) for i, g in ended]), max_episode_tokens=budget)
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
-
-
-def check_forced_turns(cfg: RolloutConfig) -> None:
-    """`rollout.last_action: answer` needs a turn before the last one to search in, `first_action:
-    question` a turn left for the policy, and `second_action: search` a forced first search and a
-    second turn that is not the forced answer."""
-    check_title_group(cfg)
-    if cfg.last_action == "answer" and cfg.max_turns < 2:
-        raise ConfigError(f"rollout.last_action=answer makes the last of rollout.max_turns={cfg.max_turns} "
-                          "turns an answer, which leaves no turn to search: set max_turns >= 2")
-    if cfg.first_action == "question":
-        if cfg.max_turns < 2:
-            raise ConfigError(f"rollout.first_action=question makes the first of rollout.max_turns={cfg.max_turns} "
-                              "turns the runner's own search, which leaves the policy none: set max_turns >= 2")
-        if cfg.end_after_searches is not None and cfg.end_after_searches < 2:
-            raise ConfigError(f"rollout.end_after_searches={cfg.end_after_searches} ends every episode at the "
-                              "runner's own search (rollout.first_action=question), before the policy acts: "
-                              "set it >= 2, or null")
-    if cfg.second_action != "search":
-        if cfg.second_query != "free":
-            raise ConfigError(f"rollout.second_query={cfg.second_query} constrains the query of the second "
-                              "search that rollout.second_action=search makes: set second_action: search")
-        return
-    if cfg.first_action == "free":
-        raise ConfigError("rollout.second_action=search searches again after a first search, which "
-                          "rollout.first_action=free does not make sure of: set rollout.first_action=search")
-    turns = 3 if cfg.last_action == "answer" else 2
-    if cfg.max_turns < turns:
-        raise ConfigError(f"rollout.second_action=search needs a second turn to search in and rollout.max_turns="
-                          f"{cfg.max_turns} leaves none{' before the forced answer' if turns == 3 else ''}: set "
-                          f"max_turns >= {turns}")
 
 
 def _search_the_question(states: list[_State], protocol: TextProtocol, retriever: Retriever | None, tok,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.retrieval.base import Retriever, TitleLister
@@ -74,23 +74,28 @@ class TitleGazetteer:
     ('A team.', '')
     """
 
-    def __init__(self, titles: Iterable[str], max_words: int = MAX_TITLE_WORDS,
+    def __init__(self, titles: Sequence[str], max_words: int = MAX_TITLE_WORDS,
                  texts: Sequence[str] | None = None):
+        self.titles, self.texts = titles, texts
         self.by_phrase: dict[str, str] = {}
-        self.texts = texts
-        self.first_row: dict[str, int] = {}   # a title's first passage (notes read its text lazily)
-        for row, title in enumerate(titles):
+        for title in titles:
             phrase = normalize_answer(title)
             if phrase and len(phrase.split()) <= max_words:
                 self.by_phrase.setdefault(phrase, title)   # the first spelling in corpus order
-                if texts is not None:
-                    self.first_row.setdefault(title, row)
+        # Each title's first row, built at the first note: a run without notes never pays for it.
+        self._first_row: dict[str, int] | None = None
         self.max_words = max((len(p.split()) for p in self.by_phrase), default=0)
 
     def note(self, title: str) -> str:
         """The first sentence of `title`'s first passage; '' for a title with no text, or no texts."""
-        row = self.first_row.get(title)
-        return "" if row is None or self.texts is None else first_sentence(self.texts[row])
+        if self.texts is None:
+            return ""
+        if self._first_row is None:
+            self._first_row = {}
+            for row, t in enumerate(self.titles):
+                self._first_row.setdefault(t, row)
+        row = self._first_row.get(title)
+        return "" if row is None else first_sentence(self.texts[row])
 
     def named_in(self, text: str, exclude: set[str] = frozenset()) -> list[str]:
         """The titles (as the corpus spells them) whose phrase occurs in `text`, less those whose
@@ -171,19 +176,6 @@ def notes_thought(gazetteer: TitleGazetteer, traj: Trajectory, max_titles: int =
         return NEXT_SEARCH_THOUGHT
     lines = [f"- {t}: {note}" if (note := gazetteer.note(t)) else f"- {t}" for t in titles]
     return "\n".join([f"{NEXT_SEARCH_THOUGHT} Titles I can search:", *lines])
-
-
-def check_title_group(cfg) -> None:
-    """`rollout.title_group: every` hands out the titles `second_query` chooses among, and
-    `rollout.title_notes` notes them: each refused without one."""
-    if cfg.title_notes != "none" and cfg.second_query == "free":
-        raise ConfigError(f"rollout.title_notes={cfg.title_notes} notes the candidate titles that "
-                          "rollout.second_query=title (or question_title) chooses among; this run's second "
-                          "query is free: set second_query, or title_notes: none")
-    if cfg.title_group == "every" and cfg.second_query == "free":
-        raise ConfigError("rollout.title_group=every gives each episode of a group one of the titles that "
-                          "rollout.second_query=title (or question_title) chooses among; this run's second "
-                          "query is free: set second_query, or title_group: sample")
 
 
 # `title_query_trie`'s answer for an episode of an enumerated group with no candidate left to take.

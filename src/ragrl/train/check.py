@@ -19,7 +19,7 @@ from ragrl.policy.lm_model import resolve_device
 from ragrl.retrieval.corpus import file_sha256, load_corpus
 from ragrl.retrieval.resolve import corpus_of
 from ragrl.rewards.registry import PASSAGE_TEXT_REWARDS, make_reward
-from ragrl.rollout.multi_turn import check_forced_turns
+from ragrl.rollout.config import check_forced_turns
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
 from ragrl.train.setup import default_retriever
