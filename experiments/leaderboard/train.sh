@@ -10,6 +10,8 @@
 # learn: each variant's fixed step count (its recipe already trains on pool-train over the full corpus
 # and evaluates on pool-dev); --minutes 90 is a safety bound only, which a cut run reports loudly.
 # R1-Searcher's stage 2 starts from stage 1 either way; HARR runs its tiny recipe (the main job's) either way.
+# A run stopped part-way (its folder exists, no final adapter) goes on with --resume: from its last
+# checkpoint, or from its SFT adapter when the SFT had finished, so the remake can span sessions.
 set -u
 cd "$(dirname "$0")/../.."
 VARIANT=${VARIANT:-tiny}
@@ -23,8 +25,9 @@ mkdir -p $T
 run() {
   name=$1; variant=$2; shift 2
   if [ -d $T/$name/final_adapter ] || [ -d $T/$name/final_encoder ]; then echo "skip $name"; return; fi
+  resume=(); [ -d $T/$name ] && resume=(--resume)
   s=$(date +%s)
-  .venv/bin/ragrl train $name --variant $variant --minutes $MINUTES --set out_dir=$T/$name "$@" > $T/$name.log 2>&1
+  .venv/bin/ragrl train $name --variant $variant --minutes $MINUTES "${resume[@]}" --set out_dir=$T/$name "$@" >> $T/$name.log 2>&1
   echo "$name rc=$? $(( $(date +%s) - s ))s"
 }
 run search_r1_grpo $VARIANT $C

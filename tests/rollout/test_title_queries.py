@@ -12,7 +12,7 @@ from ragrl.retrieval.inprocess import InProcessRetriever
 from ragrl.rollout.config import RolloutConfig, check_forced_turns, evaluation_key
 from ragrl.rollout.multi_turn import run_episodes
 from ragrl.rollout.protocol import get_protocol
-from ragrl.rollout.title_queries import QueryTrie, TitleGazetteer, gazetteer_of, title_candidates
+from ragrl.rollout.title_queries import QueryTrie, TitleGazetteer, fallback_query, gazetteer_of, title_candidates
 
 import ragrl.methods  # noqa: F401  (registers the search_r1 protocol)
 
@@ -20,12 +20,14 @@ SHAPE = dict(first_action="question", second_action="search", last_action="answe
              end_after_searches=2, topk=3, passage_words=30, max_turn_tokens=40, max_response_tokens=400)
 
 
-def episodes(smollm2_policy, index, second_query: str, questions: int, n: int, title_group: str = "sample"):
+def episodes(smollm2_policy, index, second_query: str, questions: int, n: int, title_group: str = "sample",
+             title_fallback: str = "none"):
     """Real episodes of SmolLM2 over the demo index under `second_query` (tokenizer, retriever,
     episodes, their config, the retriever's gazetteer)."""
     model, tok = smollm2_policy
     retriever = InProcessRetriever(index)
-    cfg = RolloutConfig(**SHAPE, second_query=second_query, n=n, temperature=1.3, seed=3, title_group=title_group)
+    cfg = RolloutConfig(**SHAPE, second_query=second_query, n=n, temperature=1.3, seed=3, title_group=title_group,
+                        title_fallback=title_fallback)
     trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever,
                             load_questions(DEMO_EVAL, limit=questions), cfg)
     return tok, retriever, trajs, cfg, gazetteer_of(retriever)
@@ -146,6 +148,56 @@ def test_title_notes_list_each_candidate_with_its_first_sentence_before_the_choi
     assert noted >= 2, "the demo questions gave no candidate to note"
     assert evaluation_key(cfg)["title_notes"] == "first_sentence"
     assert "title_notes" not in evaluation_key(RolloutConfig(**SHAPE, second_query="title"))
+
+
+def test_the_question_fallback_is_enumerated_first_and_served_as_the_questions_next_passages(
+        smollm2_policy, demo_bm25_index):
+    """title_fallback: question under an enumerated group: each question's first episode writes the
+    question itself (its tokens the policy's, with a log-prob) and is shown the question's BM25 ranks
+    k+1..2k, so the episode shows naive RAG's top 2k; the others take the titles, as without it."""
+    n = 4
+    tok, retriever, trajs, cfg, gazetteer = episodes(smollm2_policy, demo_bm25_index, "title", questions=6, n=n,
+                                                     title_group="every", title_fallback="question")
+    groups: dict[int, list] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    assert sorted(groups) == list(range(6))
+    for mine in groups.values():
+        titles = title_candidates(gazetteer, mine[0])
+        assert len(mine) == min(len(titles) + 1, n), (len(mine), titles)
+        question = fallback_query(mine[0].question)
+        assert [t.turns[1].queries[0] for t in mine] == [question] + titles[: n - 1]
+        first = mine[0]
+        written = tok.encode(f" {question} </search>", add_special_tokens=False)
+        assert first.token_ids[-len(written):] == written and all(first.action_mask[-len(written):])
+        assert sum(first.logprobs[-len(written):]) < 0
+        [top] = retriever.search([question], 2 * cfg.topk)
+        shown = first.turns[0].passage_ids[0] + first.turns[1].passage_ids[0]
+        assert shown == [h.id for h in top], (shown, [h.id for h in top])
+        for t in mine[1:]:   # a title is searched as itself, the index's own top k for it
+            [hits] = retriever.search([t.turns[1].queries[0]], cfg.topk)
+            assert t.turns[1].passage_ids == [[h.id for h in hits]]
+
+
+def test_a_sampled_second_query_with_the_fallback_is_the_question_or_a_title(smollm2_policy, demo_bm25_index):
+    """Sampled (title_group: sample), every second query is the question or one of the titles, a question
+    with no title included (it searches the question rather than writing freely), and the cache key
+    holds the setting only when it is set."""
+    _, _, trajs, cfg, gazetteer = episodes(smollm2_policy, demo_bm25_index, "title", questions=6, n=4,
+                                           title_fallback="question")
+    chose = set()
+    for t in trajs:
+        options = [fallback_query(t.question)] + title_candidates(gazetteer, t)
+        assert t.turns[1].kind == "search" and t.turns[1].queries[0] in options, (t.turns[1].queries, options)
+        chose.add(t.turns[1].queries[0] == options[0])
+    assert chose == {True, False}, "the samples never chose between the question and a title"
+    assert evaluation_key(cfg)["title_fallback"] == "question"
+    assert "title_fallback" not in evaluation_key(RolloutConfig(**SHAPE, second_query="title"))
+
+
+def test_the_fallback_needs_a_constrained_second_query():
+    with pytest.raises(ConfigError, match="title_fallback=question adds a candidate"):
+        check_forced_turns(RolloutConfig(**SHAPE, title_fallback="question"))
 
 
 def test_title_notes_need_a_constrained_second_query():

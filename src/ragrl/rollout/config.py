@@ -59,6 +59,15 @@ class RolloutConfig:
         "weighs each title by the policy's probability of it (the exact policy gradient of the choice), "
         "and n at least the most candidates a question has (the step's rollout/title_candidates_cut says "
         "how often a question had more)."))
+    title_fallback: Literal["none", "question"] = setting("none", help=(
+        "Under second_query: title or question_title. none: the second query is one of the titles. "
+        "question: one more candidate beside them, the question itself, which the runner serves as the "
+        "question's next passages (its best rows past those the first search showed), in training and "
+        "evaluation alike: the policy may keep reading naive RAG's own list instead of searching a title, "
+        "so a title is worth choosing only where it finds more than that list would (the fallback's "
+        "search gain at equal passages is 0 by construction). It is the first candidate, so "
+        "title_group: every never cuts it, and a question with no title searches it rather than "
+        "writing a free query."))
     title_notes: Literal["none", "first_sentence"] = setting("none", help=(
         "Under second_query: title or question_title. none: the policy chooses among the titles by their "
         "names alone. first_sentence: the runner writes the candidates into the second search's thought, "
@@ -127,7 +136,7 @@ TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": 
 # Settings added after evaluations were first cached, with the value that leaves episodes as they were:
 # they join a cache key only when set, so entries written before they existed stay valid.
 KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy",
-                  "second_query": "free", "title_notes": "none"}
+                  "second_query": "free", "title_notes": "none", "title_fallback": "none"}
 
 
 def evaluation_key(rollout: RolloutConfig) -> dict:
@@ -136,7 +145,7 @@ def evaluation_key(rollout: RolloutConfig) -> dict:
 
     >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))  # doctest: +NORMALIZE_WHITESPACE
     ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s',
-     'second_action', 'second_query', 'title_group', 'title_notes', 'turns_in_slot']
+     'second_action', 'second_query', 'title_fallback', 'title_group', 'title_notes', 'turns_in_slot']
     >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
     'start'
     """
@@ -176,12 +185,16 @@ def check_forced_turns(cfg: RolloutConfig) -> None:
 
 
 def check_title_group(cfg: RolloutConfig) -> None:
-    """`rollout.title_group: every` hands out the titles `second_query` chooses among, and
-    `rollout.title_notes` notes them: each refused without one."""
+    """`rollout.title_group: every` hands out the titles `second_query` chooses among,
+    `rollout.title_notes` notes them and `rollout.title_fallback` adds one: each refused without one."""
     if cfg.title_notes != "none" and cfg.second_query == "free":
         raise ConfigError(f"rollout.title_notes={cfg.title_notes} notes the candidate titles that "
                           "rollout.second_query=title (or question_title) chooses among; this run's second "
                           "query is free: set second_query, or title_notes: none")
+    if cfg.title_fallback != "none" and cfg.second_query == "free":
+        raise ConfigError(f"rollout.title_fallback={cfg.title_fallback} adds a candidate to the titles that "
+                          "rollout.second_query=title (or question_title) chooses among; this run's second "
+                          "query is free: set second_query, or title_fallback: none")
     if cfg.title_group == "every" and cfg.second_query == "free":
         raise ConfigError("rollout.title_group=every gives each episode of a group one of the titles that "
                           "rollout.second_query=title (or question_title) chooses among; this run's second "

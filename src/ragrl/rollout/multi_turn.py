@@ -35,8 +35,8 @@ from ragrl.rollout.config import RolloutConfig, check_forced_turns
 from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
-from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, gazetteer_of, notes_thought,
-                                        title_query_trie)
+from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, fallback_query, gazetteer_of,
+                                        notes_thought, question_next_page, title_query_trie)
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -57,6 +57,7 @@ class _State:
     title_rule: Callable[[Trajectory, int], QueryTrie | None] | None = None   # second_query: title's constraint
     copy: int = 0                      # which of its question's rollout.n episodes this is
     allowed: QueryTrie | None = None   # the next turn's constraint (its second query's titles), if any
+    next_page: bool = False            # its pending search is title_fallback's: the question's next passages
 
     def end(self, reason: EpisodeEnd) -> None:
         """The one way an episode ends: no turn follows, and the trajectory says why."""
@@ -120,7 +121,9 @@ def run_episodes(
     if cfg.second_query != "free":   # refused here, before any turn, where the retriever lists no titles
         gazetteer = gazetteer_of(retriever)
         every = cfg.n if cfg.title_group == "every" else 0
-        title_rule = lambda traj, copy: title_query_trie(tok, protocol, gazetteer, traj, copy, every)   # noqa: E731
+        fallback = cfg.title_fallback == "question"
+        title_rule = lambda traj, copy: title_query_trie(tok, protocol, gazetteer, traj, copy, every,   # noqa: E731
+                                                         fallback)
     again = _again(protocol, cfg, tok, gazetteer)
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
     states: list[_State] = []
@@ -388,7 +391,9 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
         turn.kind, turn.error = action.kind, action.error
     if action.kind == "search":
         turn.queries = action.queries[: cfg.max_queries_per_call]
-        if st.allowed is not None and cfg.second_query == "question_title":
+        st.next_page = (st.allowed is not None and cfg.title_fallback == "question"
+                        and [fallback_query(q) for q in turn.queries] == [fallback_query(t.question)])
+        if st.allowed is not None and cfg.second_query == "question_title" and not st.next_page:
             # The runner searches the question, then the title the policy chose; the turn records the
             # query as searched (its action text keeps what the policy wrote).
             turn.queries = [f"{t.question} {q}" for q in turn.queries]
@@ -438,6 +443,11 @@ def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retri
                 st.traj.retrievals.append(action)
     else:
         hits = retriever.search(flat, cfg.topk) if retriever is not None and flat else [[] for _ in flat]
+        pos = 0
+        for st in searching:   # title_fallback's question: its next passages, not its first ones again
+            if st.next_page:
+                hits[pos], st.next_page = question_next_page(retriever, st.traj, cfg.topk), False
+            pos += len(st.pending_queries)
     pos, searches = 0, []
     for st in searching:
         qs, st.pending_queries = st.pending_queries, []

@@ -19,6 +19,12 @@ In training, `rollout.title_group: every` hands a question's episodes its candid
 of sampling among them, for the `enumerated` estimator (issue #53's candidate Y: with a median of
 four titles, eight samples mostly drew the same one, and 93% of groups were flat).
 
+`rollout.title_fallback: question` adds the question itself as a candidate, served as the question's
+next passages: a title that misses costs the passages naive RAG would have shown next (candidate W's
+titles that were not a missed gold one, 76% of its episodes, cost −4.1 of search gain on U's 450
+held-apart questions), so a policy that may keep reading the question's list has a title to choose
+only where one pays (issue #53's candidate AE).
+
 `rollout.title_notes: first_sentence` writes the candidates into the second search's thought, each with
 the first sentence of its first passage, before the policy chooses (issue #53's candidate AC): choosing
 among bare names, a 135M chooser learned a point or less from RL (candidates AA, AB), and a name alone
@@ -182,15 +188,34 @@ def notes_thought(gazetteer: TitleGazetteer, traj: Trajectory, max_titles: int =
 NO_TITLE_LEFT = object()
 
 
+def fallback_query(question: str) -> str:
+    """The question as `rollout.title_fallback: question` writes it as a query (its whitespace closed up).
+
+    >>> fallback_query("  Who directed   Jaws? ")
+    'Who directed Jaws?'
+    """
+    return " ".join(question.split())
+
+
+def question_next_page(retriever: Retriever, traj: Trajectory, topk: int) -> list:
+    """`rollout.title_fallback: question`'s passages: the question's best `topk` rows past those the
+    episode's earlier searches showed (its first search being the question's own top k, these are
+    its next k, so the episode shows what naive RAG's top 2k would)."""
+    shown = {pid for turn in traj.turns[:-1] for ids in turn.passage_ids for pid in ids}
+    hits = retriever.search([fallback_query(traj.question)], topk + len(shown))[0]
+    return [h for h in hits if h.id not in shown][:topk]
+
+
 def title_query_trie(tok, protocol: TextProtocol, gazetteer: TitleGazetteer, traj: Trajectory,
-                     copy: int = 0, every: int = 0) -> QueryTrie | None | object:
+                     copy: int = 0, every: int = 0, fallback: bool = False) -> QueryTrie | None | object:
     """The constraint of an episode's second query (None: no candidate, the query is free).
 
+    fallback (`rollout.title_fallback: question`): the question itself is the first candidate.
     every > 0 (`rollout.title_group: every`, with n = every): the episode is copy `copy` of its question's
     group and takes that copy's candidate alone (a trie of one sequence, so the policy's log-prob of it
     is still recorded); past the candidates it gets NO_TITLE_LEFT, except copy 0 of a question with
     none, which writes freely. The episode's metrics record its group's candidates and whether n cut them."""
-    titles = title_candidates(gazetteer, traj)
+    titles = ([fallback_query(traj.question)] if fallback else []) + title_candidates(gazetteer, traj)
     if every:
         scalars = traj.metrics.setdefault("scalars", {})
         scalars["title_candidates"] = float(len(titles))
