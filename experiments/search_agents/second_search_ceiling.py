@@ -5,8 +5,10 @@ passage the first search missed (top 3); the search gain at equal passages is ta
 question's own top N, N the distinct passages of both searches. Then, for each agent of an earlier
 `ragrl compare` folder, each second query is sorted by what it names: the title of a gold passage the
 first search missed (the ceiling's query), a title the first search showed (gold or not: copied from
-what it read), or neither (written from the question, or made up), with the share of each and its mean
-search gain there. BM25 over the comparison's corpus;
+what it read), the question itself (`rollout.title_fallback: question`, served as the question's next
+passages), or neither (written from the question, or made up), with the share of each and its mean
+search gain there; and the share of every episode (those without gold ids too) whose second query is
+the question. BM25 over the comparison's corpus;
 reads only the comparison's questions (a train/ split held apart, never eval/). Seconds on a CPU.
 
     .venv/bin/python -m experiments.search_agents.second_search_ceiling --compare runs/learn_rbc_compare \\
@@ -59,12 +61,15 @@ def ceiling(questions: list[dict], retriever, title) -> dict:
 
 def second_queries(path: Path, questions: dict, title) -> dict:
     """What each episode's second query names, and the episode's search gain by kind."""
-    kinds: dict[str, list[float]] = {"missed gold title": [], "title it was shown": [], "neither": []}
-    no_gold = 0
+    kinds: dict[str, list[float]] = {"missed gold title": [], "title it was shown": [], "the question": [],
+                                     "neither": []}
+    no_gold, asked_again, episodes = 0, 0, 0
     for t in map(json.loads, path.read_text().splitlines()):
         queries = [(turn["queries"], turn.get("passage_ids") or []) for turn in t["turns"] if turn.get("queries")]
         if len(queries) < 2 or t["metrics"].get("search_gain") is None:
             continue
+        episodes += 1
+        asked_again += norm(queries[1][0][0]) == norm(t["question"])
         q = questions.get(t["sample_id"])
         if q is None:   # a question without gold passage ids (MuSiQue-train): no missed title to name
             no_gold += 1
@@ -75,10 +80,12 @@ def second_queries(path: Path, questions: dict, title) -> dict:
         shown_ids = {pid for ids in queries[0][1] for pid in ids}
         missed = {norm(title(pid)) for pid in q["gold_passage_ids"] if pid not in shown_ids}
         shown = {norm(title(pid)) for pid in shown_ids}
-        kind = "missed gold title" if second in missed else "title it was shown" if second in shown else "neither"
+        kind = ("the question" if second == asked else "missed gold title" if second in missed
+                else "title it was shown" if second in shown else "neither")
         kinds[kind].append(t["metrics"]["search_gain"])
     total = sum(len(v) for v in kinds.values())
     return {"episodes_with_two_searches": total, "left_out_without_gold_ids": no_gold,
+            "second_query_is_the_question_all_episodes": round(100 * asked_again / episodes, 1) if episodes else None,
             **{k: {"share": round(100 * len(v) / total, 1) if total else None,
                    "search_gain": round(100 * sum(v) / len(v), 1) if v else None} for k, v in kinds.items()}}
 
