@@ -12,9 +12,11 @@
 # R1-Searcher's stage 2 starts from stage 1 either way; HARR runs its tiny recipe (the main job's) either way.
 # A run stopped part-way (its folder exists, no final adapter) goes on with --resume: from its last
 # checkpoint, or from its SFT adapter when the SFT had finished, so the remake can span sessions.
+# ONLY="search_r1_grpo harr_grpo" trains just the runs named (the remake's parts, one session each).
 set -u
 cd "$(dirname "$0")/../.."
 VARIANT=${VARIANT:-tiny}
+ONLY=${ONLY:-}
 if [ "$VARIANT" = tiny ]; then
   T=runs/leaderboard/train; MINUTES=6
   C="--set data.corpus=kit:corpus/wiki_passages.jsonl.gz --set data.eval=pool-dev"
@@ -24,6 +26,7 @@ fi
 mkdir -p $T
 run() {
   name=$1; variant=$2; shift 2
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   if [ -d $T/$name/final_adapter ] || [ -d $T/$name/final_encoder ]; then echo "skip $name"; return; fi
   resume=(); [ -d $T/$name ] && resume=(--resume)
   s=$(date +%s)

@@ -1,8 +1,14 @@
-"""Write docs/results/leaderboard.md and leaderboard.json from a comparison's folder (`ragrl compare --out
-DIR`): the settings (experiments/leaderboard/preamble.md), one compact row per system, then the
-comparison's full tables (compare.md) and its plot; the JSON holds the compact table's figures.
+"""Write docs/results/leaderboard.md and leaderboard.json from one comparison (`ragrl compare --out DIR`)
+or from several parts of one (issue #53's remake: one comparison per method, each its run, its start,
+direct and naive RAG on the same questions, made in its own session and committed as
+experiments/leaderboard/results/<recipe>_compare.json): the settings (preamble.md), one compact row per
+system, the parts' set-by-set figures where a `<stem>_per_set.json` lies beside a part, the findings,
+then every column (ragrl.compare.table's own formatter) and the plot. The JSON holds the compact
+table's figures.
 
     .venv/bin/python -m experiments.leaderboard.write_leaderboard runs/leaderboard/compare
+    .venv/bin/python -m experiments.leaderboard.write_leaderboard experiments/leaderboard/results/*_compare.json \
+        --preamble experiments/leaderboard/preamble_learn.md --out docs/results/leaderboard_learn.md
 """
 from __future__ import annotations
 
@@ -11,7 +17,9 @@ import json
 import shutil
 from pathlib import Path
 
-from ragrl.eval.cells import ci_cell, diff_cell
+from ragrl.compare.table import markdown
+from ragrl.eval.cells import ci_cell, diff_cell, markdown_table
+from ragrl.eval.plots import f1_vs_searches
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -66,24 +74,86 @@ def leaderboard_record(data: dict) -> dict:
     return {"meta": data["meta"], "baseline": data.get("baseline"), "systems": systems}
 
 
+# The settings every part must share to be one table (the corpus by its checksum, not its path).
+SHARED = ("questions", "index", "reader", "naive_rag top k", "decoding", "weights", "seed")
+
+
+def _corpus_checksum(meta: dict) -> str:
+    return meta["corpus"].rsplit("(", 1)[-1]
+
+
+def merge_parts(parts: list[dict]) -> dict:
+    """One comparison's record from parts made apart: their settings must agree (questions, corpus,
+    index, reader, decoding, weights, seed) and the rows they share (the baselines) must hold the same
+    figures, else ValueError naming the difference. A trained run may sit in one part only. Each
+    run's paired differences stay those of its own part (against its own start, on the same questions)."""
+    first = parts[0]
+    merged = {"meta": {**first["meta"]}, "rows": {}, "vs_start": {}, "vs_baseline": {},
+              "baseline": first["baseline"], "no_search": first.get("no_search", "direct")}
+    for part in parts:
+        for key in SHARED:
+            if part["meta"].get(key) != first["meta"].get(key):
+                raise ValueError(f"the parts differ in {key}: {first['meta'].get(key)!r} against "
+                                 f"{part['meta'].get(key)!r}")
+        if _corpus_checksum(part["meta"]) != _corpus_checksum(first["meta"]):
+            raise ValueError(f"the parts searched different corpora: {first['meta']['corpus']} against "
+                             f"{part['meta']['corpus']}")
+        for name, row in part["rows"].items():
+            if name not in merged["rows"]:
+                merged["rows"][name] = row
+            elif row["role"] == "baseline" and all(row[m] == merged["rows"][name][m] for m in ("f1", "answer_shown")):
+                continue
+            else:
+                raise ValueError(f"{name} is in two parts with different figures (or is a run twice): one "
+                                 "baseline cache for every part, and each run in one part")
+        merged["vs_start"].update(part["vs_start"])
+        merged["vs_baseline"].update(part["vs_baseline"])
+    merged["meta"]["date"] = ", ".join(sorted({p["meta"]["date"][:10] for p in parts}))
+    merged["meta"]["corpus"] = f"{first['meta']['corpus'].split('/')[-1]}"
+    return merged
+
+
+def set_by_set(per_sets: list[dict]) -> list[str]:
+    """Each run against its start, set by set and pooled (experiments/search_agents/per_set.py's records):
+    search gain and F1, the start's, the run's and the paired difference."""
+    rows = [[p["run"], name, str(e["n"]), ci_cell(e["search_gain"]["start"], signed=True),
+             ci_cell(e["search_gain"]["run"], signed=True), diff_cell(e["search_gain"]["run - start"]),
+             ci_cell(e["f1"]["start"]), ci_cell(e["f1"]["run"]), diff_cell(e["f1"]["run - start"])]
+            for p in per_sets for name, e in p["sets"].items()]
+    return markdown_table(["run", "set", "n", "search gain: start", "run", "run − start", "F1: start", "run",
+                           "run − start"], rows)
+
+
+def read_parts(paths: list[Path]) -> tuple[dict, list[dict]]:
+    """The merged comparison from folders or compare.json files, and the per-set records beside them."""
+    files = [p / "compare.json" if p.is_dir() else p for p in paths]
+    parts = [json.loads(f.read_text()) for f in files]
+    per_sets = [json.loads(f.read_text()) for f in (p.with_name(p.name.replace("_compare.json", "_per_set.json"))
+                                                   for p in files) if f.is_file() and f.name.endswith("_per_set.json")]
+    return (parts[0] if len(parts) == 1 else merge_parts(parts)), per_sets
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("compare_dir", type=Path)
+    ap.add_argument("parts", type=Path, nargs="+", help="comparison folders or their compare.json files")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "leaderboard.md")
+    ap.add_argument("--preamble", type=Path, default=HERE / "preamble.md")
+    ap.add_argument("--findings", type=Path, default=HERE / "findings.md")
     args = ap.parse_args()
-    data = json.loads((args.compare_dir / "compare.json").read_text())
-    full = (args.compare_dir / "compare.md").read_text().split("\n## Systems\n", 1)[1]
-    full = full.replace("![F1 against searches](f1_vs_searches.png)", "")
-    image = args.out.parent / "leaderboard_f1_vs_searches.png"
-    shutil.copyfile(args.compare_dir / "f1_vs_searches.png", image)
-    text = [(HERE / "preamble.md").read_text().rstrip(), "", "## The table", "",
+    data, per_sets = read_parts(args.parts)
+    full = markdown(data, data["meta"]).split("\n## Systems\n", 1)[1]
+    image = f1_vs_searches(data["rows"], args.out.with_name(args.out.stem + "_f1_vs_searches.png"))
+    text = [args.preamble.read_text().rstrip(), "", "## The table", "",
             f"Ranked by F1 (percent, 95% bootstrap CIs over the {data['meta']['questions'].split(':')[0]} questions). "
             "Search gain: 1 where the passages a system showed hold an answer, minus 1 where the question's own "
             "BM25 top N does (N: the passages it showed). Δ: paired bootstrap over the same questions, "
             "percentage points.", "", *compact_table(data), "",
-            f"![F1 against searches per question]({image.name})", "", (HERE / "findings.md").read_text().rstrip()
-            if (HERE / "findings.md").is_file() else "", "", "## Every column", "", "### Systems", full.rstrip(), "",
-            "Back to the [README](../../README.md#results)."]
+            f"![F1 against searches per question]({image.name})", ""]
+    if per_sets:
+        text += ["### Set by set", "", "Each run against its start on each `eval/` set and pooled (yes/no questions "
+                 "have no search gain and are left out of it).", "", *set_by_set(per_sets), ""]
+    text += [args.findings.read_text().rstrip() if args.findings.is_file() else "", "", "## Every column", "",
+             "### Systems", full.rstrip(), "", "Back to the [README](../../README.md#results)."]
     args.out.write_text("\n".join(text) + "\n")
     args.out.with_suffix(".json").write_text(json.dumps(leaderboard_record(data), indent=1) + "\n")
     print("\n".join(compact_table(data)))

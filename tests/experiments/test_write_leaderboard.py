@@ -1,9 +1,12 @@
-"""The leaderboard writer over a real comparison's JSON (candidate T on eval/, issue #53): the compact
-table's search-gain columns and the JSON record beside the Markdown."""
+"""The leaderboard writer over real comparisons' JSON (candidates T and W on eval/, issue #53): the compact
+table's search-gain columns, the JSON record beside the Markdown, and parts made apart merged into one."""
 import json
 from pathlib import Path
 
-from experiments.leaderboard.write_leaderboard import compact_table, leaderboard_record
+import pytest
+
+from experiments.leaderboard.write_leaderboard import compact_table, leaderboard_record, merge_parts, read_parts, set_by_set
+from ragrl.eval.cells import diff_cell
 
 COMPARE = Path(__file__).resolve().parents[2] / "experiments/search_agents/results/learn_t_eval_compare.json"
 
@@ -33,3 +36,45 @@ def test_the_json_record_keeps_each_systems_figures_in_f1_order():
     assert t["search_gain"]["mean"] > 0 and t["questions"] == 803 and t["trained"]["seconds"] > 0
     assert rec["meta"]["questions"].startswith("803")
     assert next(s for s in rec["systems"] if s["system"] == "naive_rag")["vs_start"] is None
+
+
+RESULTS = COMPARE.parent
+
+
+def test_parts_made_apart_merge_into_one_table_with_each_runs_own_start():
+    """Two comparisons of the same 803 questions (candidates T and W, each with its start and the
+    shared baselines) read as one: the baselines once, both runs with their own paired differences."""
+    t, w = (json.loads((RESULTS / f"learn_{x}_eval_compare.json").read_text()) for x in ("t", "w"))
+    merged = merge_parts([t, w])
+    assert sorted(merged["rows"]) == sorted({*t["rows"], *w["rows"]})
+    assert len(merged["rows"]) == 6                       # direct, naive_rag, two runs, two starts
+    assert merged["vs_start"]["learn_t"] == t["vs_start"]["learn_t"]
+    assert merged["vs_start"]["learn_w"] == w["vs_start"]["learn_w"]
+    assert merged["meta"]["date"] == "2026-12-02, 2026-12-03"
+    names = [cells.split("|")[2].strip() for cells in compact_table(merged)[2:]]
+    assert set(names) == set(merged["rows"]) and len(names) == 6
+
+
+def test_parts_that_differ_in_a_setting_or_a_baseline_are_refused():
+    t, w = (json.loads((RESULTS / f"learn_{x}_eval_compare.json").read_text()) for x in ("t", "w"))
+    other_seed = {**w, "meta": {**w["meta"], "seed": 1}}
+    with pytest.raises(ValueError, match="differ in seed"):
+        merge_parts([t, other_seed])
+    other_corpus = {**w, "meta": {**w["meta"], "corpus": "x.jsonl.gz (10 passages, sha256 000000000000)"}}
+    with pytest.raises(ValueError, match="different corpora"):
+        merge_parts([t, other_corpus])
+    moved = {**w, "rows": {**w["rows"], "naive_rag": {**w["rows"]["naive_rag"], "f1": {"mean": 1.0}}}}
+    with pytest.raises(ValueError, match="naive_rag is in two parts"):
+        merge_parts([t, moved])
+    with pytest.raises(ValueError, match=r"learn_t \(start\) is in two parts"):
+        merge_parts([t, t])
+
+
+def test_the_set_by_set_table_reads_each_parts_per_set_record():
+    data, per_sets = read_parts([RESULTS / "learn_w_eval_compare.json"])
+    assert data["vs_start"]["learn_w"] and len(per_sets) == 1
+    lines = set_by_set(per_sets)
+    sets = [ln.split("|")[2].strip() for ln in lines[2:]]
+    assert "pooled" in sets and len(sets) == 4
+    pooled = per_sets[0]["sets"]["pooled"]
+    assert lines[2 + sets.index("pooled")].split("|")[6].strip() == diff_cell(pooled["search_gain"]["run - start"])

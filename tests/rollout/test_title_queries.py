@@ -20,12 +20,24 @@ SHAPE = dict(first_action="question", second_action="search", last_action="answe
              end_after_searches=2, topk=3, passage_words=30, max_turn_tokens=40, max_response_tokens=400)
 
 
+class RecordingRetriever(InProcessRetriever):
+    """The real in-process retriever, recording every (query, k) it is asked for."""
+
+    def __init__(self, index):
+        super().__init__(index)
+        self.asked: list[tuple[str, int]] = []
+
+    def search(self, queries, k):
+        self.asked += [(q, k) for q in queries]
+        return super().search(queries, k)
+
+
 def episodes(smollm2_policy, index, second_query: str, questions: int, n: int, title_group: str = "sample",
              title_fallback: str = "none"):
-    """Real episodes of SmolLM2 over the demo index under `second_query` (tokenizer, retriever,
-    episodes, their config, the retriever's gazetteer)."""
+    """Real episodes of SmolLM2 over the demo index under `second_query` (tokenizer, retriever that
+    records its searches, episodes, their config, the retriever's gazetteer)."""
     model, tok = smollm2_policy
-    retriever = InProcessRetriever(index)
+    retriever = RecordingRetriever(index)
     cfg = RolloutConfig(**SHAPE, second_query=second_query, n=n, temperature=1.3, seed=3, title_group=title_group,
                         title_fallback=title_fallback)
     trajs, _ = run_episodes(HFEngine(model, tok), get_protocol("search_r1"), retriever,
@@ -158,10 +170,17 @@ def test_the_question_fallback_is_enumerated_first_and_served_as_the_questions_n
     n = 4
     tok, retriever, trajs, cfg, gazetteer = episodes(smollm2_policy, demo_bm25_index, "title", questions=6, n=n,
                                                      title_group="every", title_fallback="question")
+    # The fallback question is searched once as a next page (k + shown rows), never again at top k:
+    # each of the group's n first searches asks for it at top k (a group is cut to its candidates only
+    # after them), and the page once.
+    asked = list(retriever.asked)
     groups: dict[int, list] = {}
     for t in trajs:
         groups.setdefault(t.group, []).append(t)
     assert sorted(groups) == list(range(6))
+    for mine in groups.values():
+        question = fallback_query(mine[0].question)
+        assert sorted(k for q, k in asked if q == question) == [cfg.topk] * n + [2 * cfg.topk], question
     for mine in groups.values():
         titles = title_candidates(gazetteer, mine[0])
         assert len(mine) == min(len(titles) + 1, n), (len(mine), titles)

@@ -36,7 +36,7 @@ from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, ch
 from ragrl.rollout.observations import build_observations
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
 from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, fallback_query, gazetteer_of,
-                                        notes_thought, question_next_page, title_query_trie)
+                                        notes_thought, question_next_pages, title_query_trie)
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 
 
@@ -442,12 +442,20 @@ def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retri
             if action is not None:
                 st.traj.retrievals.append(action)
     else:
-        hits = retriever.search(flat, cfg.topk) if retriever is not None and flat else [[] for _ in flat]
-        pos = 0
-        for st in searching:   # title_fallback's question: its next passages, not its first ones again
-            if st.next_page:
-                hits[pos], st.next_page = question_next_page(retriever, st.traj, cfg.topk), False
-            pos += len(st.pending_queries)
+        owners = [st for st in searching for _ in st.pending_queries]
+        hits: list[list] = [[] for _ in flat]
+        # title_fallback's question is served as its next passages, not its first ones again: it is left
+        # out of the plain batch, so no query is searched twice
+        for paged in (False, True):
+            picked = [i for i, st in enumerate(owners) if st.next_page == paged]
+            if retriever is None or not picked:
+                continue
+            found = (question_next_pages(retriever, [owners[i].traj for i in picked], cfg.topk) if paged
+                     else retriever.search([flat[i] for i in picked], cfg.topk))
+            for i, h in zip(picked, found):
+                hits[i] = h
+        for st in searching:
+            st.next_page = False
     pos, searches = 0, []
     for st in searching:
         qs, st.pending_queries = st.pending_queries, []

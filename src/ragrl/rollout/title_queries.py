@@ -197,13 +197,14 @@ def fallback_query(question: str) -> str:
     return " ".join(question.split())
 
 
-def question_next_page(retriever: Retriever, traj: Trajectory, topk: int) -> list:
-    """`rollout.title_fallback: question`'s passages: the question's best `topk` rows past those the
-    episode's earlier searches showed (its first search being the question's own top k, these are
-    its next k, so the episode shows what naive RAG's top 2k would)."""
-    shown = {pid for turn in traj.turns[:-1] for ids in turn.passage_ids for pid in ids}
-    hits = retriever.search([fallback_query(traj.question)], topk + len(shown))[0]
-    return [h for h in hits if h.id not in shown][:topk]
+def question_next_pages(retriever: Retriever, trajs: list[Trajectory], topk: int) -> list[list]:
+    """`rollout.title_fallback: question`'s passages, one list per trajectory, from one batched search:
+    each question's best `topk` rows past those its episode's earlier searches showed (its first search
+    being the question's own top k, these are its next k, so the episode shows what naive RAG's top 2k
+    would)."""
+    shown = [{pid for turn in t.turns[:-1] for ids in turn.passage_ids for pid in ids} for t in trajs]
+    found = retriever.search([fallback_query(t.question) for t in trajs], topk + max(map(len, shown), default=0))
+    return [[h for h in hits if h.id not in seen][:topk] for hits, seen in zip(found, shown)]
 
 
 def title_query_trie(tok, protocol: TextProtocol, gazetteer: TitleGazetteer, traj: Trajectory,
