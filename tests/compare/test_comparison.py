@@ -2,9 +2,11 @@
 dense indexes): every column, each run's start, a refused corpus, reuse, the viewer page, the CLI."""
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +92,22 @@ def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm
                                index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4, cache_from=(out,))
     assert {r["reused"] for r in elsewhere["rows"].values()} == {"cached"}
     assert elsewhere["rows"]["search_r1_grpo"]["f1"] == table["rows"]["search_r1_grpo"]["f1"]
+    # entries committed gzipped (<digest>.jsonl.gz beside the record) are unpacked and reused the same way;
+    # one whose rows were altered fails its checksum and is evaluated again
+    packed = tmp_path / "packed" / "systems"
+    packed.mkdir(parents=True)
+    for record in (out / "systems").glob("*.json"):
+        shutil.copyfile(record, packed / record.name)
+        rows = record.with_suffix(".jsonl").read_bytes()
+        naive = json.loads(record.read_text())["name"] == "naive_rag"
+        with gzip.open(packed / f"{record.stem}.jsonl.gz", "wb") as f:
+            f.write(rows.replace(b'"f1"', b'"F1"', 1) if naive else rows)
+    unpacked = run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "unpacked",
+                              index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4,
+                              cache_from=(tmp_path / "packed",))
+    assert {n: r["reused"] for n, r in unpacked["rows"].items()} == {
+        "direct": "cached", "naive_rag": None, "search_r1_grpo (start)": "cached", "search_r1_grpo": "cached"}
+    assert unpacked["rows"]["search_r1_grpo"]["f1"] == table["rows"]["search_r1_grpo"]["f1"]
     with pytest.raises(ConfigError, match="--cache-from: .*nowhere/systems is not there"):
         run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "third",
                        index=str(demo_bm25_dir), reader=str(tiny_model_dir), cache_from=(tmp_path / "nowhere",))

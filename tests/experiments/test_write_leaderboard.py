@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from experiments.leaderboard.write_leaderboard import compact_table, leaderboard_record, merge_parts, read_parts, set_by_set
+from ragrl.compare.comparison import seed_cache
+from ragrl.compare.systems import cached_entry
 from ragrl.eval.cells import diff_cell
 
 COMPARE = Path(__file__).resolve().parents[2] / "experiments/search_agents/results/learn_t_eval_compare.json"
@@ -39,6 +41,7 @@ def test_the_json_record_keeps_each_systems_figures_in_f1_order():
 
 
 RESULTS = COMPARE.parent
+PARTS = Path(__file__).resolve().parents[2] / "experiments/leaderboard/results"
 
 
 def test_parts_made_apart_merge_into_one_table_with_each_runs_own_start():
@@ -78,3 +81,20 @@ def test_the_set_by_set_table_reads_each_parts_per_set_record():
     assert "pooled" in sets and len(sets) == 4
     pooled = per_sets[0]["sets"]["pooled"]
     assert lines[2 + sets.index("pooled")].split("|")[6].strip() == diff_cell(pooled["search_gain"]["run - start"])
+
+
+def test_the_committed_parts_merge_and_their_baseline_episodes_unpack_intact(tmp_path):
+    """The remake's committed parts make one table, and the baselines' committed episodes (gzipped) unpack
+    through `--cache-from`'s seeding to entries that pass the cache's own checks for all 803 questions."""
+    parts = sorted((PARTS).glob("*_compare.json"))
+    data, per_sets = read_parts(parts)
+    assert data["meta"]["questions"].startswith("803") and len(per_sets) == len(parts)
+    seed_cache(tmp_path, [PARTS / "baselines" / "systems"])
+    names = set()
+    for record in tmp_path.glob("*.json"):
+        kept = json.loads(record.read_text())
+        trajs, _ = cached_entry(record.with_suffix(".jsonl"), record, kept["key"], kept["name"], 803)
+        assert len(trajs) == 803
+        names.add(kept["name"])
+    assert names == {"direct", "naive_rag"}
+    assert {n for n, r in data["rows"].items() if r["role"] == "baseline"} == names

@@ -14,6 +14,7 @@ run trained on, duplicate question ids) is refused before any model is loaded.
 from __future__ import annotations
 
 import datetime as _dt
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -78,16 +79,22 @@ def search_setting(runs: list[RunRecord], index: str | None, corpus: str | None
 
 
 def seed_cache(cache: Path, sources: list[Path]) -> None:
-    """Copy into `cache` each whole entry (record and trajectories) of `sources` that it lacks. A copied
-    entry is trusted only as every entry is: its key must be this comparison's system's, and its
-    trajectories must match the checksum its record holds (`cached_entry`)."""
+    """Copy into `cache` each whole entry (record and trajectories) of `sources` that it lacks; the
+    trajectories may be gzipped there (`<digest>.jsonl.gz`: entries committed to a repository), and are
+    unpacked here. A copied entry is trusted only as every entry is: its key must be this comparison's
+    system's, and its trajectories must match the checksum its record holds (`cached_entry`)."""
     cache.mkdir(parents=True, exist_ok=True)
     for source in sources:
         for record in sorted(source.glob("*.json")):
-            rows = record.with_suffix(".jsonl")
-            if rows.is_file() and not (cache / record.name).exists():
+            rows, packed = record.with_suffix(".jsonl"), record.with_suffix(".jsonl.gz")
+            if (cache / record.name).exists() or not (rows.is_file() or packed.is_file()):
+                continue
+            if rows.is_file():
                 shutil.copyfile(rows, cache / rows.name)
-                shutil.copyfile(record, cache / record.name)   # last, as evaluate_systems writes them
+            else:
+                with gzip.open(packed, "rb") as src, (cache / rows.name).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            shutil.copyfile(record, cache / record.name)   # last, as evaluate_systems writes them
 
 
 def run_comparison(run_dirs: list[Path], *, data: list[str], out: Path, n: int | None = None,
