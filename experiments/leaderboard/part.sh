@@ -1,0 +1,27 @@
+#!/bin/bash
+# One part of issue #53's leaderboard remake (experiments/README.md, "The remake's plan, amended"):
+# train the method's run, compare it with its start and the committed baselines on all 803 eval/
+# questions, then copy the part's files into experiments/leaderboard/results/ and re-write
+# docs/results/leaderboard_learn.md from every part committed so far. About 1.5 hours on 2 cores.
+#     bash experiments/leaderboard/part.sh harr_grpo
+#     bash experiments/leaderboard/part.sh r1_searcher_stage2    # trains stage 1 first
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RECIPE=${1:?name the part: search_r1_grpo, harr_grpo, r1_searcher_stage2, rag_r1_ppo, smartrag_ppo or mmoa_mappo}
+T=runs/leaderboard_learn/train
+R=experiments/leaderboard/results
+ONLY=$RECIPE
+[ "$RECIPE" = r1_searcher_stage2 ] && ONLY="r1_searcher_stage1 r1_searcher_stage2"
+VARIANT=learn ONLY="$ONLY" bash experiments/leaderboard/train.sh
+[ -d $T/$RECIPE/final_adapter ] || [ -d $T/$RECIPE/final_encoder ] || { echo "$RECIPE did not finish: $T/$RECIPE.log" >&2; exit 1; }
+CACHE=(); [ -d $R/baselines/systems ] && CACHE=(--cache-from $R/baselines)
+C=runs/leaderboard_learn/$RECIPE
+.venv/bin/ragrl compare $T/$RECIPE --data kit:eval/hotpotqa_dev.jsonl.gz --data kit:eval/musique_dev.jsonl.gz \
+  --data kit:eval/2wikimultihopqa_dev.jsonl.gz "${CACHE[@]}" --out $C
+.venv/bin/python -m experiments.search_agents.per_set --compare $C --run $RECIPE --out $R/${RECIPE}_per_set
+cp $C/compare.json $R/${RECIPE}_compare.json
+grep -v "f1_vs_searches.png" $C/compare.md > $R/${RECIPE}_compare.md
+.venv/bin/python -m experiments.leaderboard.write_leaderboard $R/*_compare.json \
+  --preamble experiments/leaderboard/preamble_learn.md --findings experiments/leaderboard/findings_learn.md \
+  --out docs/results/leaderboard_learn.md
+echo "part $RECIPE: $R/${RECIPE}_*; now update findings_learn.md and experiments/README.md's progress line"
