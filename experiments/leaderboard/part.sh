@@ -18,9 +18,9 @@ CACHE=(); [ -d $R/baselines/systems ] && CACHE=(--cache-from $R/baselines)
 C=runs/leaderboard_learn/$RECIPE
 .venv/bin/ragrl compare $T/$RECIPE --data kit:eval/hotpotqa_dev.jsonl.gz --data kit:eval/musique_dev.jsonl.gz \
   --data kit:eval/2wikimultihopqa_dev.jsonl.gz "${CACHE[@]}" --out $C
-.venv/bin/python -m experiments.search_agents.per_set --compare $C --run $RECIPE --out $R/${RECIPE}_per_set
-cp $C/compare.json $R/${RECIPE}_compare.json
+cp $C/compare.json $R/${RECIPE}_compare.json   # first: the comparison is the hour's work
 grep -v "f1_vs_searches.png" $C/compare.md > $R/${RECIPE}_compare.md
+.venv/bin/python -m experiments.search_agents.per_set --compare $C --run $RECIPE --out $R/${RECIPE}_per_set
 .venv/bin/python -m experiments.leaderboard.write_leaderboard $R/*_compare.json \
   --preamble experiments/leaderboard/preamble_learn.md --findings experiments/leaderboard/findings_learn.md \
   --out docs/results/leaderboard_learn.md

@@ -39,7 +39,7 @@ def runs(tmp_path_factory, tiny_model_dir, demo_bm25_dir, small_dense_dir):
     return out
 
 
-def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm25_dir):
+def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm25_dir, caplog):
     out = tmp_path / "cmp"
     table = run_comparison([runs["search_r1_grpo"], runs["mmoa_mappo"]], data=["demo-eval"], n=4, out=out,
                            index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4)
@@ -93,20 +93,24 @@ def test_two_tiny_runs_give_every_column(runs, tmp_path, tiny_model_dir, demo_bm
     assert {r["reused"] for r in elsewhere["rows"].values()} == {"cached"}
     assert elsewhere["rows"]["search_r1_grpo"]["f1"] == table["rows"]["search_r1_grpo"]["f1"]
     # entries committed gzipped (<digest>.jsonl.gz beside the record) are unpacked and reused the same way;
-    # one whose rows were altered fails its checksum and is evaluated again
+    # one whose rows were altered fails its checksum, and one that is not gzip at all is said in the log:
+    # both are evaluated again
     packed = tmp_path / "packed" / "systems"
     packed.mkdir(parents=True)
     for record in (out / "systems").glob("*.json"):
         shutil.copyfile(record, packed / record.name)
-        rows = record.with_suffix(".jsonl").read_bytes()
-        naive = json.loads(record.read_text())["name"] == "naive_rag"
+        rows, name = record.with_suffix(".jsonl").read_bytes(), json.loads(record.read_text())["name"]
         with gzip.open(packed / f"{record.stem}.jsonl.gz", "wb") as f:
-            f.write(rows.replace(b'"f1"', b'"F1"', 1) if naive else rows)
-    unpacked = run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "unpacked",
-                              index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4,
-                              cache_from=(tmp_path / "packed",))
+            f.write(rows.replace(b'"f1"', b'"F1"', 1) if name == "naive_rag" else rows)
+        if name == "direct":   # plain bytes, not gzip
+            (packed / f"{record.stem}.jsonl.gz").write_bytes(rows[:100])
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        unpacked = run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "unpacked",
+                                  index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=4,
+                                  cache_from=(tmp_path / "packed",))
     assert {n: r["reused"] for n, r in unpacked["rows"].items()} == {
-        "direct": "cached", "naive_rag": None, "search_r1_grpo (start)": "cached", "search_r1_grpo": "cached"}
+        "direct": None, "naive_rag": None, "search_r1_grpo (start)": "cached", "search_r1_grpo": "cached"}
+    assert "is damaged" in caplog.text and "that system is evaluated again" in caplog.text
     assert unpacked["rows"]["search_r1_grpo"]["f1"] == table["rows"]["search_r1_grpo"]["f1"]
     with pytest.raises(ConfigError, match="--cache-from: .*nowhere/systems is not there"):
         run_comparison([runs["search_r1_grpo"]], data=["demo-eval"], n=4, out=tmp_path / "third",

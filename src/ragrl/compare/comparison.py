@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,8 @@ from ragrl.eval.report import file_stem, write_trajectories
 from ragrl.policy.lm_model import eval_dtype
 from ragrl.retrieval.corpus import load_corpus
 from ragrl.retrieval.resolve import retriever_for
+
+log = logging.getLogger(__name__)
 
 OUT_FILES = ("compare.md", "compare.json", "f1_vs_searches.png", "report.json", "questions.jsonl")
 
@@ -92,8 +95,13 @@ def seed_cache(cache: Path, sources: list[Path]) -> None:
             if rows.is_file():
                 shutil.copyfile(rows, cache / rows.name)
             else:
-                with gzip.open(packed, "rb") as src, (cache / rows.name).open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                try:
+                    with gzip.open(packed, "rb") as src, (cache / rows.name).open("wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                except (OSError, EOFError) as e:   # not gzip, or cut short: the system is evaluated again
+                    (cache / rows.name).unlink(missing_ok=True)
+                    log.warning("--cache-from: %s is damaged (%s); that system is evaluated again", packed, e)
+                    continue
             shutil.copyfile(record, cache / record.name)   # last, as evaluate_systems writes them
 
 
