@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 from ragrl.compare.table import markdown
@@ -109,7 +108,7 @@ def merge_parts(parts: list[dict]) -> dict:
         merged["vs_start"].update(part["vs_start"])
         merged["vs_baseline"].update(part["vs_baseline"])
     merged["meta"]["date"] = ", ".join(sorted({p["meta"]["date"][:10] for p in parts}))
-    merged["meta"]["corpus"] = f"{first['meta']['corpus'].split('/')[-1]}"
+    merged["meta"]["corpus"] = first["meta"]["corpus"].split("/")[-1]   # each part's own path differs
     return merged
 
 
@@ -128,8 +127,9 @@ def read_parts(paths: list[Path]) -> tuple[dict, list[dict]]:
     """The merged comparison from folders or compare.json files, and the per-set records beside them."""
     files = [p / "compare.json" if p.is_dir() else p for p in paths]
     parts = [json.loads(f.read_text()) for f in files]
-    per_sets = [json.loads(f.read_text()) for f in (p.with_name(p.name.replace("_compare.json", "_per_set.json"))
-                                                   for p in files) if f.is_file() and f.name.endswith("_per_set.json")]
+    beside = [f.with_name(f.name.removesuffix("_compare.json") + "_per_set.json")
+              for f in files if f.name.endswith("_compare.json")]
+    per_sets = [json.loads(f.read_text()) for f in beside if f.is_file()]
     return (parts[0] if len(parts) == 1 else merge_parts(parts)), per_sets
 
 
