@@ -5,6 +5,7 @@ One step of the loop, for every still-active trajectory at once:
   2. parse each turn into an Action (search / answer / invalid);
   3. send *every* query of *every* searching trajectory in ONE retriever call;
   4. tokenise each observation once and append it with action_mask 0.
+Steps 3-4 are `retrieval_step.py`'s; an episode under construction is `episode_state.EpisodeState`.
 
 With an engine that runs whole episodes (`run_turns`: the static engine) and
 `rollout.turns_in_slot` (the default), steps 2-4 run whenever turns end, for the turns that ended
@@ -23,45 +24,20 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
 from ragrl.engines.base import Engine, Generation, NextTurn, SamplingParams
 from ragrl.errors import ConfigError
 from ragrl.retrieval.base import DocumentSampler, Retriever
-from ragrl.retrieval.stochastic import QueryRequest
 from ragrl.rollout.config import RolloutConfig, check_forced_turns
+from ragrl.rollout.episode_state import EpisodeState, append_observation
 from ragrl.rollout.protocol import NEXT_SEARCH_THOUGHT, Action, TextProtocol, chat_ids
-from ragrl.rollout.observations import build_observations
+from ragrl.rollout.retrieval_step import retrieve_and_observe, search_the_question
 from ragrl.rollout.start_answers import AnsweringTurn, answer_by_reader, answer_by_start, check_start_can_answer
 from ragrl.rollout.title_queries import (NO_TITLE_LEFT, QueryTrie, TitleGazetteer, fallback_query, gazetteer_of,
-                                        notes_thought, question_next_pages, title_query_trie)
+                                        notes_thought, title_query_trie)
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
-
-
-@dataclass
-class _State:
-    """A trajectory under construction."""
-
-    traj: Trajectory
-    done: bool = False
-    pending_queries: list[str] = field(default_factory=list)
-    deadline: float | None = None      # time.monotonic() instant the episode must end by (None: no bound)
-    opening: str = ""                  # text the runner wrote before the next turn (first/second/last_action)
-    last_search: bool = False          # its pending search is the last one (end_after_searches)
-    turn_start: int = 0                # where its latest turn's generated ids start in traj.token_ids
-    turn_opening: str = ""             # the runner's text in front of that turn (its `opening`)
-    closing: tuple[str, list[int]] | None = None   # the last turn's answer opening (last_action: answer)
-    again: Callable[[Trajectory], tuple[str, list[int]]] | None = None   # the second turn's search opening
-    title_rule: Callable[[Trajectory, int], QueryTrie | None] | None = None   # second_query: title's constraint
-    copy: int = 0                      # which of its question's rollout.n episodes this is
-    allowed: QueryTrie | None = None   # the next turn's constraint (its second query's titles), if any
-    next_page: bool = False            # its pending search is title_fallback's: the question's next passages
-
-    def end(self, reason: EpisodeEnd) -> None:
-        """The one way an episode ends: no turn follows, and the trajectory says why."""
-        self.done, self.traj.stop_reason = True, reason
 
 
 def episode_deadline(cfg: RolloutConfig, rollout_start: float, episode_start: float) -> float | None:
@@ -126,11 +102,11 @@ def run_episodes(
                                                          fallback)
     again = _again(protocol, cfg, tok, gazetteer)
     opening_ids = tok.encode(opening, add_special_tokens=False) if opening else []
-    states: list[_State] = []
+    states: list[EpisodeState] = []
     for i, s in enumerate(samples):
         p = prompt_ids(tok, protocol, s["question"]) + opening_ids
         for copy in range(cfg.n):
-            states.append(_State(Trajectory(
+            states.append(EpisodeState(Trajectory(
                 sample_id=str(s.get("id", i)), question=s["question"], golds=list(s.get("answers", [])),
                 token_ids=list(p), action_mask=[0] * len(p), logprobs=[0.0] * len(p),
                 prompt_len=len(p), group=group_offset + i, metrics={"protocol": protocol.name},
@@ -144,7 +120,7 @@ def run_episodes(
     if isinstance(retriever, DocumentSampler):   # a retriever policy draws its documents: seeded per rollout
         sampling_rng = torch.Generator().manual_seed(int(cfg.seed or 0))
     if cfg.first_action == "question":
-        _search_the_question(states, protocol, retriever, tok, cfg, stats, sampling_rng)
+        search_the_question(states, protocol, retriever, tok, cfg, stats, sampling_rng)
     # A constrained turn (second_query: title, question_title) needs a per-token callback, which slots do not run.
     if cfg.turns_in_slot and hasattr(engine, "run_turns") and cfg.second_query == "free":
         _run_in_slots(engine, protocol, retriever, states, cfg, stats, sampling_rng)
@@ -165,7 +141,7 @@ def run_episodes(
     return [st.traj for st in states if st.traj.stop_reason != EpisodeEnd.UNUSED], stats
 
 
-def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: RolloutConfig, stats: dict,
+def _run_turn_by_turn(engine, protocol, retriever, states: list[EpisodeState], cfg: RolloutConfig, stats: dict,
                       sampling_rng, deadline: float | None) -> None:
     """Every still-active episode's turn t in one `generate` call, then one retrieval call for all."""
     tok = engine.tokenizer
@@ -193,11 +169,11 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[_State], cfg: Ro
         searching = [st for st in active if st.pending_queries]
         if searching:
             t0 = time.perf_counter()
-            _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
+            retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
             stats["retrieval_s"] += time.perf_counter() - t0
 
 
-def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: RolloutConfig, stats: dict,
+def _run_in_slots(engine, protocol, retriever, states: list[EpisodeState], cfg: RolloutConfig, stats: dict,
                   sampling_rng) -> None:
     """Whole episodes in one `engine.run_turns` call: whenever turns end, act on them (parse,
     retrieve for those that search, append observations) and hand each episode's next turn back."""
@@ -215,7 +191,7 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         searching = [st for st, _ in acted if st.pending_queries]
         if searching:
             t1 = time.perf_counter()
-            _retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
+            retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
             stats["retrieval_s"] += time.perf_counter() - t1
         answers: list[NextTurn | None] = []
         now = time.monotonic() if any(st.deadline is not None for st, _ in acted) else None
@@ -249,24 +225,6 @@ def _run_in_slots(engine, protocol, retriever, states: list[_State], cfg: Rollou
         stats["generate_s"] += time.perf_counter() - t0 - acting_s
 
 
-def _search_the_question(states: list[_State], protocol: TextProtocol, retriever: Retriever | None, tok,
-                         cfg: RolloutConfig, stats: dict, sampling_rng) -> None:
-    """`rollout.first_action: question`: each episode's first turn is the runner's own search, with the
-    question as its query, written (masked: the policy did not write it) and served in one retrieval
-    call before the policy's first turn, so the policy starts from what naive RAG retrieves."""
-    for st in states:
-        t = st.traj
-        text = protocol.search_action([t.question])
-        t.append_masked(tok.encode(text, add_special_tokens=False))
-        t.num_turns += 1
-        t.num_searches += 1
-        t.turns.append(Turn(action_text=text, kind="search", queries=[t.question]))
-        st.pending_queries = [t.question]
-    t0 = time.perf_counter()
-    _retrieve_and_observe(states, protocol, retriever, tok, cfg, sampling_rng)
-    stats["retrieval_s"] += time.perf_counter() - t0
-
-
 def _again(protocol: TextProtocol, cfg: RolloutConfig, tok, gazetteer: TitleGazetteer | None
            ) -> Callable[[Trajectory], tuple[str, list[int]]] | None:
     """`rollout.second_action: search`'s opening of an episode's second turn (its text and ids); None:
@@ -291,7 +249,7 @@ def _closing(protocol: TextProtocol, cfg: RolloutConfig, tok) -> tuple[str, list
     return text, tok.encode(text, add_special_tokens=False)
 
 
-def _open_turn(st: _State, cfg: RolloutConfig) -> None:
+def _open_turn(st: EpisodeState, cfg: RolloutConfig) -> None:
     """Before an episode's next turn, what the runner writes there: the forced answer's opening
     (last_action), or the second search's (second_action, after a first turn that searched)."""
     t = st.traj
@@ -306,14 +264,14 @@ def _open_turn(st: _State, cfg: RolloutConfig) -> None:
     _open_last_turn(st, cfg)
 
 
-def _write_opening(st: _State, text: str, ids: list[int]) -> None:
+def _write_opening(st: EpisodeState, text: str, ids: list[int]) -> None:
     """Append text the runner wrote in front of the next turn, masked (out of every loss), and let
     that turn's text start with it, so the turn parses as the action it is made to be."""
     st.traj.append_masked(ids)
     st.opening = text
 
 
-def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
+def _open_last_turn(st: EpisodeState, cfg: RolloutConfig) -> None:
     """Before an episode's last turn (`rollout.last_action: answer`): append the answer opening, masked
     (the runner wrote it), and let the turn's text start with it, so the turn parses as the answer
     it is made to be. Under `answer_by: start` (`base`, `reader`) the turn ends there, for it to write."""
@@ -329,7 +287,7 @@ def _open_last_turn(st: _State, cfg: RolloutConfig) -> None:
         st.end(EpisodeEnd.ANSWER)
 
 
-def _end_turn(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig, stats: dict) -> None:
+def _end_turn(st: EpisodeState, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig, stats: dict) -> None:
     """Append a generated turn to its episode: cut at the wall-time bound, or acted on."""
     if g.stop_reason == "timeout":
         _time_out(st, g, tok)
@@ -347,7 +305,7 @@ def _turn_params(traj: Trajectory, cfg: RolloutConfig, turn_idx: int, stop: list
                           stop=list(stop), n=1, seed=seed, deadline=deadline, allowed_tokens=allowed)
 
 
-def _time_out(st: _State, g: Generation | None, tok) -> None:
+def _time_out(st: EpisodeState, g: Generation | None, tok) -> None:
     """End the episode at its wall-time bound: truncated, no answer. A turn the engine cut (`g`) is
     kept as the action tokens it has, with their log-probs (they were sampled, and the trainer
     must score what the model did), but not parsed: half a turn is no action, and an answer
@@ -365,7 +323,7 @@ def _time_out(st: _State, g: Generation | None, tok) -> None:
     st.end(EpisodeEnd.TIMEOUT)
 
 
-def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig,
+def _apply_action(st: EpisodeState, g: Generation, protocol: TextProtocol, tok, cfg: RolloutConfig,
                   *, last_turn: bool) -> None:
     """Append the sampled turn (mask 1) and decide what the episode does next."""
     t = st.traj
@@ -415,82 +373,10 @@ def _apply_action(st: _State, g: Generation, protocol: TextProtocol, tok, cfg: R
         # No hint after the final turn or once the budget is spent: no action would follow it.
         if not last_turn and len(t.token_ids) - t.prompt_len < cfg.max_response_tokens:
             obs = protocol.format_feedback(action.error or "no action")
-            _append_observation(st, turn, obs, tok.encode(obs, add_special_tokens=False), cfg)
+            append_observation(st, turn, obs, tok.encode(obs, add_special_tokens=False), cfg)
     if last_turn and not st.done:
         st.pending_queries = []
         st.end(EpisodeEnd.MAX_TURNS)
     elif len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
         st.pending_queries = []
-        st.end(EpisodeEnd.MAX_TOKENS)
-
-
-def _retrieve_and_observe(searching: list[_State], protocol: TextProtocol, retriever: Retriever | None,
-                          tok, cfg: RolloutConfig, generator=None) -> None:
-    """One batched retrieval call for every query of every searching trajectory.
-
-    A retriever that can `sample` (the retriever is the policy, HARR) draws each query's documents
-    and the draw is recorded on the trajectory as a retrieval action; its query text carries the
-    episode's question and earlier searches (history)."""
-    flat = [q for st in searching for q in st.pending_queries]
-    if retriever is not None and flat and isinstance(retriever, DocumentSampler):
-        requests = [QueryRequest(st.traj.question, q, _search_history(st.traj))
-                    for st in searching for q in st.pending_queries]
-        drawn = retriever.sample(requests, cfg.topk, generator=generator)
-        hits = [h for h, _ in drawn]
-        owners = [st for st in searching for _ in st.pending_queries]
-        for st, (_, action) in zip(owners, drawn):
-            if action is not None:
-                st.traj.retrievals.append(action)
-    else:
-        owners = [st for st in searching for _ in st.pending_queries]
-        hits: list[list] = [[] for _ in flat]
-        # title_fallback's question is served as its next passages, not its first ones again: it is left
-        # out of the plain batch, so no query is searched twice
-        for paged in (False, True):
-            picked = [i for i, st in enumerate(owners) if st.next_page == paged]
-            if retriever is None or not picked:
-                continue
-            found = (question_next_pages(retriever, [owners[i].traj for i in picked], cfg.topk) if paged
-                     else retriever.search([flat[i] for i in picked], cfg.topk))
-            for i, h in zip(picked, found):
-                hits[i] = h
-        for st in searching:
-            st.next_page = False
-    pos, searches = 0, []
-    for st in searching:
-        qs, st.pending_queries = st.pending_queries, []
-        searches.append((qs, hits[pos: pos + len(qs)]))
-        pos += len(qs)
-    for st, (_, mine) in zip(searching, searches):
-        turn = st.traj.turns[-1]
-        turn.passage_ids = [[h.id for h in hs] for hs in mine]
-        turn.passage_titles = [[h.title for h in hs] for hs in mine]
-        turn.passage_texts = [[h.full_text for h in hs] for hs in mine]
-        if st.last_search:
-            # No turn follows, so no observation is built or appended (its tokens would be masked out
-            # of every loss and only cost the update): the passages are on the turn for the rewards.
-            st.end(EpisodeEnd.RETRIEVED)
-    going_on = [(st, search) for st, search in zip(searching, searches) if not st.last_search]
-    observations = build_observations(tok, protocol, [search for _, search in going_on], cfg)
-    for (st, _), (obs, ids) in zip(going_on, observations):
-        _append_observation(st, st.traj.turns[-1], obs, ids, cfg)
-
-
-def _search_history(traj: Trajectory) -> list[dict]:
-    """Earlier searches of this episode as HARR's history: each sub-query and the titles it found
-    (a Search-R1 generator states no intermediate answer, so what was retrieved stands for it)."""
-    out = []
-    for turn in traj.turns[:-1]:
-        for i, q in enumerate(turn.queries):
-            titles = turn.passage_titles[i] if i < len(turn.passage_titles) else []
-            out.append({"sub_query": q, "status": "retrieved" if titles else "no result",
-                        "answer": "; ".join(titles)})
-    return out
-
-
-def _append_observation(st: _State, turn: Turn, obs: str, ids: list[int], cfg: RolloutConfig) -> None:
-    t = st.traj
-    turn.observation = obs
-    t.append_masked(ids)
-    if len(t.token_ids) - t.prompt_len >= cfg.max_response_tokens:
         st.end(EpisodeEnd.MAX_TOKENS)
