@@ -168,9 +168,7 @@ def _run_turn_by_turn(engine, protocol, retriever, states: list[EpisodeState], c
             st.allowed = None   # the constraint was that turn's only
         searching = [st for st in active if st.pending_queries]
         if searching:
-            t0 = time.perf_counter()
-            retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
-            stats["retrieval_s"] += time.perf_counter() - t0
+            retrieve_and_observe(searching, protocol, retriever, tok, cfg, stats, sampling_rng)
 
 
 def _run_in_slots(engine, protocol, retriever, states: list[EpisodeState], cfg: RolloutConfig, stats: dict,
@@ -190,9 +188,7 @@ def _run_in_slots(engine, protocol, retriever, states: list[EpisodeState], cfg: 
             _end_turn(st, g, protocol, tok, cfg, stats)
         searching = [st for st, _ in acted if st.pending_queries]
         if searching:
-            t1 = time.perf_counter()
-            retrieve_and_observe(searching, protocol, retriever, tok, cfg, sampling_rng)
-            stats["retrieval_s"] += time.perf_counter() - t1
+            retrieve_and_observe(searching, protocol, retriever, tok, cfg, stats, sampling_rng)
         answers: list[NextTurn | None] = []
         now = time.monotonic() if any(st.deadline is not None for st, _ in acted) else None
         for (st, _), mark in zip(acted, marks):

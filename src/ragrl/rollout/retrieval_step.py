@@ -30,30 +30,28 @@ def search_the_question(states: list[EpisodeState], protocol: TextProtocol, retr
         t.num_searches += 1
         t.turns.append(Turn(action_text=text, kind="search", queries=[t.question]))
         st.pending_queries = [t.question]
-    t0 = time.perf_counter()
-    retrieve_and_observe(states, protocol, retriever, tok, cfg, sampling_rng)
-    stats["retrieval_s"] += time.perf_counter() - t0
+    retrieve_and_observe(states, protocol, retriever, tok, cfg, stats, sampling_rng)
 
 
 def retrieve_and_observe(searching: list[EpisodeState], protocol: TextProtocol, retriever: Retriever | None,
-                         tok, cfg: RolloutConfig, generator=None) -> None:
-    """One batched retrieval call for every query of every searching trajectory.
+                         tok, cfg: RolloutConfig, stats: dict, generator=None) -> None:
+    """One batched retrieval call for every query of every searching trajectory, its time added to
+    `stats["retrieval_s"]`.
 
     A retriever that can `sample` (the retriever is the policy, HARR) draws each query's documents
     and the draw is recorded on the trajectory as a retrieval action; its query text carries the
     episode's question and earlier searches (history)."""
+    t0 = time.perf_counter()
+    owners = [st for st in searching for _ in st.pending_queries]
     flat = [q for st in searching for q in st.pending_queries]
     if retriever is not None and flat and isinstance(retriever, DocumentSampler):
-        requests = [QueryRequest(st.traj.question, q, search_history(st.traj))
-                    for st in searching for q in st.pending_queries]
+        requests = [QueryRequest(st.traj.question, q, search_history(st.traj)) for st, q in zip(owners, flat)]
         drawn = retriever.sample(requests, cfg.topk, generator=generator)
         hits = [h for h, _ in drawn]
-        owners = [st for st in searching for _ in st.pending_queries]
         for st, (_, action) in zip(owners, drawn):
             if action is not None:
                 st.traj.retrievals.append(action)
     else:
-        owners = [st for st in searching for _ in st.pending_queries]
         hits: list[list] = [[] for _ in flat]
         # title_fallback's question is served as its next passages, not its first ones again: it is left
         # out of the plain batch, so no query is searched twice
@@ -85,6 +83,7 @@ def retrieve_and_observe(searching: list[EpisodeState], protocol: TextProtocol, 
     observations = build_observations(tok, protocol, [search for _, search in going_on], cfg)
     for (st, _), (obs, ids) in zip(going_on, observations):
         append_observation(st, st.traj.turns[-1], obs, ids, cfg)
+    stats["retrieval_s"] += time.perf_counter() - t0
 
 
 def search_history(traj: Trajectory) -> list[dict]:
