@@ -13,6 +13,7 @@
 # A run stopped part-way (its folder exists, no final adapter) goes on with --resume: from its last
 # checkpoint, or from its SFT adapter when the SFT had finished, so the remake can span sessions.
 # ONLY="search_r1_grpo harr_grpo" trains just the runs named (the remake's parts, one session each).
+# It exits 1, naming them, where a run it trained did not finish.
 set -u
 cd "$(dirname "$0")/../.."
 VARIANT=${VARIANT:-tiny}
@@ -31,8 +32,11 @@ run() {
   resume=(); [ -d $T/$name ] && resume=(--resume)
   s=$(date +%s)
   .venv/bin/ragrl train $name --variant $variant --minutes $MINUTES "${resume[@]}" --set out_dir=$T/$name "$@" >> $T/$name.log 2>&1
-  echo "$name rc=$? $(( $(date +%s) - s ))s"
+  rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - s ))s"
+  [ $rc = 0 ] || FAILED="$FAILED $name"
 }
+FAILED=""
 run search_r1_grpo $VARIANT $C
 run r1_searcher_stage1 $VARIANT $C
 run r1_searcher_stage2 $VARIANT $C --set model.init_adapter=$T/r1_searcher_stage1/final_adapter
@@ -40,3 +44,5 @@ run rag_r1_ppo $VARIANT $C
 run smartrag_ppo $VARIANT
 run mmoa_mappo $VARIANT
 run harr_grpo tiny   # HARR's tiny recipe is the main job's, and learns on this CPU already
+# The later runs go on after one fails (each is its own); the exit status says one did, for part.sh.
+[ -z "$FAILED" ] || { echo "did not finish:$FAILED (their logs: $T/<name>.log)" >&2; exit 1; }

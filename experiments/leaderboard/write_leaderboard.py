@@ -17,8 +17,10 @@ import json
 from pathlib import Path
 
 from ragrl.compare.table import markdown
-from ragrl.eval.cells import ci_cell, diff_cell, markdown_table
+from ragrl.eval.cells import ci_cell, diff_cell
 from ragrl.eval.plots import f1_vs_searches
+
+from experiments.search_agents import per_set
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -112,17 +114,6 @@ def merge_parts(parts: list[dict]) -> dict:
     return merged
 
 
-def set_by_set(per_sets: list[dict]) -> list[str]:
-    """Each run against its start, set by set and pooled (experiments/search_agents/per_set.py's records):
-    search gain and F1, the start's, the run's and the paired difference."""
-    rows = [[p["run"], name, str(e["n"]), ci_cell(e["search_gain"]["start"], signed=True),
-             ci_cell(e["search_gain"]["run"], signed=True), diff_cell(e["search_gain"]["run - start"]),
-             ci_cell(e["f1"]["start"]), ci_cell(e["f1"]["run"]), diff_cell(e["f1"]["run - start"])]
-            for p in per_sets for name, e in p["sets"].items()]
-    return markdown_table(["run", "set", "n", "search gain: start", "run", "run − start", "F1: start", "run",
-                           "run − start"], rows)
-
-
 def read_parts(paths: list[Path]) -> tuple[dict, list[dict]]:
     """The merged comparison from folders or compare.json files, and the per-set records beside them."""
     files = [p / "compare.json" if p.is_dir() else p for p in paths]
@@ -151,7 +142,7 @@ def main() -> None:
             f"![F1 against searches per question]({image.name})", ""]
     if per_sets:
         text += ["### Set by set", "", "Each run against its start on each `eval/` set and pooled (yes/no questions "
-                 "have no search gain and are left out of it).", "", *set_by_set(per_sets), ""]
+                 "have no search gain and are left out of it).", "", *per_set.table(per_sets, metrics=("search_gain", "f1")), ""]
     text += [args.findings.read_text().rstrip() if args.findings.is_file() else "", "", "## Every column", "",
              "### Systems", full.rstrip(), "", "Back to the [README](../../README.md#results)."]
     args.out.write_text("\n".join(text) + "\n")

@@ -48,11 +48,19 @@ def per_set(folder: Path, run: str) -> dict:
     return result
 
 
-def table(result: dict) -> list[str]:
-    rows = [[name, str(e["n"]), *(cell for m in METRICS for cell in (ci_cell(e[m]["start"]), ci_cell(e[m]["run"]),
-                                                                      diff_cell(e[m]["run - start"])))]
-            for name, e in result.items()]
-    header = ["set", "n", *(f"{m} {who}" for m in METRICS for who in ("start", "run", "run − start"))]
+LABELS = {"f1": "F1", "answer_shown": "answer@shown", "search_gain": "search gain"}
+
+
+def table(records: list[dict], metrics: tuple[str, ...] = METRICS) -> list[str]:
+    """One row per run and set (`records`: this module's `{"run", "sets"}` records, one per run), with the
+    start's, the run's and the paired difference for each metric: this table and the leaderboard's set by
+    set section are both written here."""
+    rows = [[r["run"], name, str(e["n"]),
+             *(cell for m in metrics for cell in (ci_cell(e[m]["start"], signed=m == "search_gain"),
+                                                  ci_cell(e[m]["run"], signed=m == "search_gain"),
+                                                  diff_cell(e[m]["run - start"])))]
+            for r in records for name, e in r["sets"].items()]
+    header = ["run", "set", "n", *(h for m in metrics for h in (f"{LABELS[m]}: start", "run", "run − start"))]
     return markdown_table(header, rows)
 
 
@@ -63,7 +71,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="where to write <out>.json and <out>.md")
     args = ap.parse_args()
     result = {"compare": str(args.compare), "run": args.run, "sets": per_set(args.compare, args.run)}
-    md = table(result["sets"])
+    md = table([result])
     write_results(args.out, result, md)   # and prints the table
 
 

@@ -24,5 +24,9 @@ def test_each_set_and_the_pool_pair_the_run_with_its_start_on_the_same_questions
     assert mus["search_gain"]["run - start"]["n"] == 1 and mus["search_gain"]["run - start"]["diff"] == -100.0
     assert mus["answer_shown"]["run - start"]["n"] == 2 and mus["answer_shown"]["run - start"]["diff"] == 0.0
     assert pool["f1"]["run - start"]["diff"] == (1.0 + 0.0 + 0.0 - 1.0) / 4 * 100
-    lines = table(result)
-    assert lines[0].startswith("| set | n | f1 start |") and len(lines) == 2 + 3
+    lines = table([{"run": "r", "sets": result}])
+    assert lines[0].startswith("| run | set | n | F1: start |") and len(lines) == 2 + 3
+    # the search gain's cells are signed, the others not; the paired cell is the record's difference
+    hot_row = lines[2].split("|")
+    assert hot_row[1:3] == [" r ", " hotpotqa "] and hot_row[11].strip().startswith("+100.0")
+    assert hot_row[4].strip().startswith("25.0") and hot_row[10].strip().startswith("+50.0")

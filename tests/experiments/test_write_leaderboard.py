@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.leaderboard.write_leaderboard import compact_table, leaderboard_record, merge_parts, read_parts, set_by_set
+from experiments.leaderboard.write_leaderboard import compact_table, leaderboard_record, merge_parts, read_parts
+from experiments.search_agents import per_set
 from ragrl.compare.comparison import seed_cache
 from ragrl.compare.systems import cached_entry
 from ragrl.eval.cells import diff_cell
@@ -76,7 +77,7 @@ def test_parts_that_differ_in_a_setting_or_a_baseline_are_refused():
 def test_the_set_by_set_table_reads_each_parts_per_set_record():
     data, per_sets = read_parts([RESULTS / "learn_w_eval_compare.json"])
     assert data["vs_start"]["learn_w"] and len(per_sets) == 1
-    lines = set_by_set(per_sets)
+    lines = per_set.table(per_sets, metrics=("search_gain", "f1"))
     sets = [ln.split("|")[2].strip() for ln in lines[2:]]
     assert "pooled" in sets and len(sets) == 4
     pooled = per_sets[0]["sets"]["pooled"]
