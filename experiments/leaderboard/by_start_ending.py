@@ -12,12 +12,13 @@ Seconds on a CPU.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
 from ragrl.eval.stats import ci_record, paired_record
+
+from experiments.search_agents.per_set import run_against_start_args
 
 
 def episodes(folder: Path, system: str) -> dict[str, dict]:
@@ -60,11 +61,7 @@ def table(result: dict) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--compare", type=Path, required=True, help="a `ragrl compare` output folder")
-    ap.add_argument("--run", required=True, help="the run's row name in it (its start is `<run>_start`)")
-    ap.add_argument("--out", type=Path, required=True, help="where to write <out>.json and <out>.md")
-    args = ap.parse_args()
+    args = run_against_start_args(__doc__.split("\n\n")[0])
     result = {"compare": str(args.compare), "run": args.run, "groups": by_start_ending(args.compare, args.run)}
     write_results(args.out, result, table(result["groups"]))   # and prints the table
 

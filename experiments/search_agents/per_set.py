@@ -64,12 +64,17 @@ def table(records: list[dict], metrics: tuple[str, ...] = METRICS) -> list[str]:
     return markdown_table(header, rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_against_start_args(description: str) -> argparse.Namespace:
+    """The command line of a script that reads one run and its start from a comparison folder."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--compare", type=Path, required=True, help="a `ragrl compare` output folder")
     ap.add_argument("--run", required=True, help="the run's row name in it (its start is `<run>_start`)")
     ap.add_argument("--out", type=Path, required=True, help="where to write <out>.json and <out>.md")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = run_against_start_args(__doc__.split("\n\n")[0])
     result = {"compare": str(args.compare), "run": args.run, "sets": per_set(args.compare, args.run)}
     md = table([result])
     write_results(args.out, result, md)   # and prints the table
