@@ -1,0 +1,99 @@
+"""Where a comparison's run moved against its start, split two ways (issue #53's remake).
+
+Where a run's F1 or search gain moves, or does not, this says where:
+- **by how the start's episode ended** (answered, out of turns, out of tokens; no answer scores F1 0):
+  each group's size, the start's and the run's F1 with 95% bootstrap CIs and the paired run − start
+  difference, how often the run answered, and the mean words of each answer given;
+- **by the first query**, for the start and the run each: episodes whose first query is the question
+  word for word (after `ragrl.text.normalize_answer`) against those whose first query rewrote it, with
+  their count and search gain (questions with no search gain, yes/no ones, left out).
+
+The statistics are `ragrl.eval.stats`'s, the cells `ragrl.eval.cells`'s. Seconds on a CPU.
+
+    .venv/bin/python -m experiments.leaderboard.run_vs_start --compare runs/leaderboard_learn/r1_searcher_stage2 \\
+        --run r1_searcher_stage2 --out experiments/leaderboard/results/r1_searcher_stage2_run_vs_start
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
+from ragrl.eval.stats import ci_record, paired_record
+from ragrl.text import normalize_answer
+
+from experiments.search_agents.per_set import run_against_start_args
+
+
+def episodes(folder: Path, system: str) -> dict[str, dict]:
+    """The comparison's episode of `system` for each question id: what the splits read of it."""
+    out = {}
+    for line in (folder / f"trajectories_{system}.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        queries = [q for t in r.get("turns") or [] if t.get("kind") == "search" for q in t.get("queries") or []]
+        out[r["sample_id"]] = {"f1": r["metrics"]["f1"], "search_gain": r["metrics"].get("search_gain"),
+                               "stop": r["stop_reason"], "answer": r.get("answer"),
+                               "first_query": queries[0] if queries else None, "question": r["question"]}
+    return out
+
+
+def mean_words(answers: list[str | None]) -> float | None:
+    words = [len(a.split()) for a in answers if a]
+    return round(sum(words) / len(words), 2) if words else None
+
+
+def by_start_ending(start: dict[str, dict], trained: dict[str, dict]) -> dict:
+    groups: dict[str, list[str]] = {}
+    for qid, e in start.items():
+        groups.setdefault(e["stop"], []).append(qid)
+    groups["all"] = list(start)
+    result = {}
+    for name, ids in sorted(groups.items(), key=lambda kv: (kv[0] == "all", -len(kv[1]))):
+        a, b = [start[i]["f1"] for i in ids], [trained[i]["f1"] for i in ids]
+        result[name] = {"n": len(ids), "f1": {"start": ci_record(a), "run": ci_record(b),
+                                              "run - start": paired_record(a, b)},
+                        "run answered %": round(100 * sum(trained[i]["stop"] == "answer" for i in ids) / len(ids), 1),
+                        "answer words": {"start": mean_words([start[i]["answer"] for i in ids]),
+                                         "run": mean_words([trained[i]["answer"] for i in ids])}}
+    return result
+
+
+def by_first_query(system: dict[str, dict]) -> dict:
+    """Search gain where the first query is the question itself, and where it is a rewrite of it."""
+    groups: dict[str, list[float]] = {"the question": [], "rewritten": []}
+    for e in system.values():
+        if e["first_query"] is None or e["search_gain"] is None:
+            continue
+        same = normalize_answer(e["first_query"]) == normalize_answer(e["question"])
+        groups["the question" if same else "rewritten"].append(e["search_gain"])
+    return {name: {"n": len(gains), "search_gain": ci_record(gains) if gains else None}
+            for name, gains in groups.items()}
+
+
+def run_vs_start(folder: Path, run: str) -> dict:
+    trained, start = episodes(folder, run), episodes(folder, f"{run}_start")
+    if set(trained) != set(start):
+        raise SystemExit(f"{folder}: {run} and {run}_start answered different questions")
+    return {"by_start_ending": by_start_ending(start, trained),
+            "by_first_query": {"start": by_first_query(start), "run": by_first_query(trained)}}
+
+
+def tables(result: dict) -> list[str]:
+    ending = [[name, str(e["n"]), ci_cell(e["f1"]["start"]), ci_cell(e["f1"]["run"]), diff_cell(e["f1"]["run - start"]),
+               f"{e['run answered %']:.1f}", str(e["answer words"]["start"]), str(e["answer words"]["run"])]
+              for name, e in result["by_start_ending"].items()]
+    first = [[who, name, str(g["n"]), ci_cell(g["search_gain"], signed=True)]
+             for who, groups in result["by_first_query"].items() for name, g in groups.items()]
+    return [*markdown_table(["the start's episode ended", "n", "F1: start", "run", "run − start", "run answered %",
+                             "answer words: start", "run"], ending), "",
+            *markdown_table(["system", "first query", "n", "search gain"], first)]
+
+
+def main() -> None:
+    args = run_against_start_args(__doc__.split("\n\n")[0])
+    result = {"compare": str(args.compare), "run": args.run, **run_vs_start(args.compare, args.run)}
+    write_results(args.out, result, tables(result))   # and prints the tables
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""experiments/leaderboard/run_vs_start.py: where a run moved against its start, split two ways."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.leaderboard.run_vs_start import run_vs_start, tables
+
+
+def write(folder, name, rows):
+    """rows: id -> (f1, search gain, stop reason, answer, first query or None)."""
+    (folder / f"trajectories_{name}.jsonl").write_text("\n".join(
+        json.dumps({"sample_id": i, "question": f"Where is {i}?", "stop_reason": stop, "answer": answer,
+                    "metrics": {"f1": f, "search_gain": g},
+                    "turns": [] if q is None else [{"kind": "search", "queries": [q]}, {"kind": "answer"}]})
+        for i, (f, g, stop, answer, q) in rows.items()))
+
+
+def test_the_f1_is_split_by_the_starts_ending_and_the_gain_by_the_first_query(tmp_path):
+    write(tmp_path, "r_start", {"a": (0.5, 0.0, "answer", "two words", "where is a"),
+                                "b": (1.0, -1.0, "answer", "one", "b city"),
+                                "c": (0.0, None, "max_turns", None, None)})
+    write(tmp_path, "r", {"a": (0.5, 1.0, "answer", "x", "Where is a?"), "b": (0.0, 0.0, "answer", "y z w", "b"),
+                          "c": (1.0, None, "answer", "Paris", "Where is c")})
+    result = run_vs_start(tmp_path, "r")
+    ending = result["by_start_ending"]
+    assert list(ending) == ["answer", "max_turns", "all"]
+    assert ending["answer"]["n"] == 2 and ending["answer"]["f1"]["run - start"]["diff"] == -50.0
+    assert ending["max_turns"]["f1"]["run - start"]["diff"] == 100.0 and ending["max_turns"]["run answered %"] == 100.0
+    # words are counted over the answers given; the start's unanswered episode has none
+    assert ending["answer"]["answer words"] == {"start": 1.5, "run": 2.0}
+    assert ending["max_turns"]["answer words"] == {"start": None, "run": 1.0}
+    assert ending["all"]["f1"]["run - start"]["diff"] == pytest.approx(100 * (0 - 1.0 + 1.0) / 3)
+    # the question word for word after normalisation ("Where is a?" = "where is a"); c has no search gain
+    first = result["by_first_query"]
+    assert first["start"]["the question"]["n"] == 1 and first["start"]["rewritten"]["search_gain"]["mean"] == -100.0
+    assert first["run"]["the question"]["search_gain"]["mean"] == 100.0 and first["run"]["rewritten"]["n"] == 1
+    lines = tables(result)
+    assert lines[3].startswith("| max_turns | 1 |") and "| run | rewritten | 1 |" in "\n".join(lines)
+
+
+def test_a_run_and_start_over_different_questions_are_refused(tmp_path):
+    write(tmp_path, "r_start", {"a": (0.5, 0.0, "answer", "x", "q")})
+    write(tmp_path, "r", {"b": (0.5, 0.0, "answer", "x", "q")})
+    with pytest.raises(SystemExit, match="different questions"):
+        run_vs_start(tmp_path, "r")
