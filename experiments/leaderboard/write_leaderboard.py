@@ -142,7 +142,8 @@ def main() -> None:
             f"![F1 against searches per question]({image.name})", ""]
     if per_sets:
         text += ["### Set by set", "", "Each run against its start on each `eval/` set and pooled (yes/no questions "
-                 "have no search gain and are left out of it).", "", *per_set.table(per_sets, metrics=("search_gain", "f1")), ""]
+                 "have no search gain and are left out of it).", "",
+                 *per_set.table(per_sets, metrics=("search_gain", "f1")), ""]
     text += [args.findings.read_text().rstrip() if args.findings.is_file() else "", "", "## Every column", "",
              "### Systems", full.rstrip(), "", "Back to the [README](../../README.md#results)."]
     args.out.write_text("\n".join(text) + "\n")
