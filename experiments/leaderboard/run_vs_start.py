@@ -15,26 +15,18 @@ The statistics are `ragrl.eval.stats`'s, the cells `ragrl.eval.cells`'s. Seconds
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
 from ragrl.eval.stats import ci_record, paired_record
+from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 from ragrl.text import normalize_answer
 
-from experiments.search_agents.per_set import run_against_start_args
+from experiments.search_agents.per_set import episodes, run_against_start_args
 
 
-def episodes(folder: Path, system: str) -> dict[str, dict]:
-    """The comparison's episode of `system` for each question id: what the splits read of it."""
-    out = {}
-    for line in (folder / f"trajectories_{system}.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        queries = [q for t in r.get("turns") or [] if t.get("kind") == "search" for q in t.get("queries") or []]
-        out[r["sample_id"]] = {"f1": r["metrics"]["f1"], "search_gain": r["metrics"].get("search_gain"),
-                               "stop": r["stop_reason"], "answer": r.get("answer"),
-                               "first_query": queries[0] if queries else None, "question": r["question"]}
-    return out
+def first_query(t: Trajectory) -> str | None:
+    return next((q for turn in t.turns if turn.kind == "search" for q in turn.queries), None)
 
 
 def mean_words(answers: list[str | None]) -> float | None:
@@ -42,30 +34,32 @@ def mean_words(answers: list[str | None]) -> float | None:
     return round(sum(words) / len(words), 2) if words else None
 
 
-def by_start_ending(start: dict[str, dict], trained: dict[str, dict]) -> dict:
+def by_start_ending(start: dict[str, Trajectory], trained: dict[str, Trajectory]) -> dict:
     groups: dict[str, list[str]] = {}
-    for qid, e in start.items():
-        groups.setdefault(e["stop"], []).append(qid)
+    for qid, t in start.items():
+        groups.setdefault(str(t.stop_reason), []).append(qid)
     groups["all"] = list(start)
     result = {}
     for name, ids in sorted(groups.items(), key=lambda kv: (kv[0] == "all", -len(kv[1]))):
-        a, b = [start[i]["f1"] for i in ids], [trained[i]["f1"] for i in ids]
+        a, b = [start[i].metrics["f1"] for i in ids], [trained[i].metrics["f1"] for i in ids]
         result[name] = {"n": len(ids), "f1": {"start": ci_record(a), "run": ci_record(b),
                                               "run - start": paired_record(a, b)},
-                        "run answered %": round(100 * sum(trained[i]["stop"] == "answer" for i in ids) / len(ids), 1),
-                        "answer words": {"start": mean_words([start[i]["answer"] for i in ids]),
-                                         "run": mean_words([trained[i]["answer"] for i in ids])}}
+                        "run answered %": round(100 * sum(trained[i].stop_reason == EpisodeEnd.ANSWER
+                                                          for i in ids) / len(ids), 1),
+                        "answer words": {"start": mean_words([start[i].answer for i in ids]),
+                                         "run": mean_words([trained[i].answer for i in ids])}}
     return result
 
 
-def by_first_query(system: dict[str, dict]) -> dict:
+def by_first_query(system: dict[str, Trajectory]) -> dict:
     """Search gain where the first query is the question itself, and where it is a rewrite of it."""
     groups: dict[str, list[float]] = {"the question": [], "rewritten": []}
-    for e in system.values():
-        if e["first_query"] is None or e["search_gain"] is None:
+    for t in system.values():
+        query, gain = first_query(t), t.metrics.get("search_gain")
+        if query is None or gain is None:
             continue
-        same = normalize_answer(e["first_query"]) == normalize_answer(e["question"])
-        groups["the question" if same else "rewritten"].append(e["search_gain"])
+        same = normalize_answer(query) == normalize_answer(t.question)
+        groups["the question" if same else "rewritten"].append(gain)
     return {name: {"n": len(gains), "search_gain": ci_record(gains) if gains else None}
             for name, gains in groups.items()}
 

@@ -17,20 +17,22 @@ import json
 from pathlib import Path
 
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
+from ragrl.eval.report import load_trajectories
 from ragrl.eval.stats import ci_record, paired_record
+from ragrl.rollout.trajectory import Trajectory
 
 METRICS = ("f1", "answer_shown", "search_gain")
 
 
-def episodes(folder: Path, system: str) -> dict[str, dict]:
-    """The comparison's answering episode of `system` for each question id: its metrics."""
-    rows = (json.loads(line) for line in (folder / f"trajectories_{system}.jsonl").read_text().splitlines())
-    return {r["sample_id"]: r["metrics"] for r in rows}
+def episodes(folder: Path, system: str) -> dict[str, Trajectory]:
+    """The comparison's answering episode of `system` for each question id (a question's last record)."""
+    return {t.sample_id: t for t in load_trajectories(folder / f"trajectories_{system}.jsonl")}
 
 
 def per_set(folder: Path, run: str) -> dict:
     questions = [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
-    trained, start = episodes(folder, run), episodes(folder, f"{run}_start")
+    trained = {i: t.metrics for i, t in episodes(folder, run).items()}
+    start = {i: t.metrics for i, t in episodes(folder, f"{run}_start").items()}
     sets: dict[str, list[str]] = {}
     for q in questions:
         sets.setdefault(q["dataset"], []).append(str(q["id"]))

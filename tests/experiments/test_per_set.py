@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 from experiments.search_agents.per_set import per_set, table
+from ragrl.eval.report import write_trajectories
+from ragrl.rollout.trajectory import Trajectory
 
 
 def test_each_set_and_the_pool_pair_the_run_with_its_start_on_the_same_questions(tmp_path):
@@ -13,9 +15,9 @@ def test_each_set_and_the_pool_pair_the_run_with_its_start_on_the_same_questions
     start = {"h1": (0.0, 0.0, 0.0), "h2": (0.5, 1.0, 1.0), "m1": (0.0, 0.0, None), "m2": (1.0, 1.0, 0.0)}
     run = {"h1": (1.0, 1.0, 1.0), "h2": (0.5, 1.0, 1.0), "m1": (0.0, 1.0, None), "m2": (0.0, 0.0, -1.0)}
     for name, rows in (("r_start", start), ("r", run)):
-        (tmp_path / f"trajectories_{name}.jsonl").write_text("\n".join(
-            json.dumps({"sample_id": i, "metrics": {"f1": f, "answer_shown": a, "search_gain": g}})
-            for i, (f, a, g) in rows.items()))
+        write_trajectories(tmp_path / f"trajectories_{name}.jsonl", [
+            Trajectory(sample_id=i, question="q", golds=[], token_ids=[], action_mask=[], logprobs=[], prompt_len=0,
+                       metrics={"f1": f, "answer_shown": a, "search_gain": g}) for i, (f, a, g) in rows.items()])
     result = per_set(tmp_path, "r")
     assert set(result) == {"hotpotqa", "musique", "pooled"} and result["pooled"]["n"] == 4
     hot, mus, pool = result["hotpotqa"], result["musique"], result["pooled"]

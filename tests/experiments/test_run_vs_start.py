@@ -1,20 +1,20 @@
 """experiments/leaderboard/run_vs_start.py: where a run moved against its start, split two ways."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from experiments.leaderboard.run_vs_start import run_vs_start, tables
+from ragrl.eval.report import write_trajectories
+from ragrl.rollout.trajectory import Trajectory, Turn
 
 
 def write(folder, name, rows):
-    """rows: id -> (f1, search gain, stop reason, answer, first query or None)."""
-    (folder / f"trajectories_{name}.jsonl").write_text("\n".join(
-        json.dumps({"sample_id": i, "question": f"Where is {i}?", "stop_reason": stop, "answer": answer,
-                    "metrics": {"f1": f, "search_gain": g},
-                    "turns": [] if q is None else [{"kind": "search", "queries": [q]}, {"kind": "answer"}]})
-        for i, (f, g, stop, answer, q) in rows.items()))
+    """rows: id -> (f1, search gain, stop reason, answer, first query or None), as a comparison writes them."""
+    write_trajectories(folder / f"trajectories_{name}.jsonl", [
+        Trajectory(sample_id=i, question=f"Where is {i}?", golds=[], token_ids=[], action_mask=[], logprobs=[],
+                   prompt_len=0, stop_reason=stop, answer=answer, metrics={"f1": f, "search_gain": g},
+                   turns=[] if q is None else [Turn("", "search", queries=[q]), Turn("", "answer")])
+        for i, (f, g, stop, answer, q) in rows.items()])
 
 
 def test_the_f1_is_split_by_the_starts_ending_and_the_gain_by_the_first_query(tmp_path):
