@@ -50,6 +50,15 @@ class RolloutConfig:
         "and the runner searches the question followed by it (a title that misses then costs little: "
         "experiments/README.md, the count after candidate W). Needs second_action: search, an in-process "
         "index (it lists the titles) and the hf engine."))
+    query_prefix: Literal["none", "question"] = setting("none", help=(
+        "none: a search sends each query the policy wrote as it is. question: the runner searches the "
+        "question followed by each query the policy wrote (query expansion, as DeepRetrieval's and "
+        "query2doc's rewriters keep the question's words), in training and evaluation alike: a query "
+        "adds words for BM25 to match and cannot drop the question's, whose own search is the measure "
+        "the search gain compares with. The turn records each query as searched; its action text keeps "
+        "what the policy wrote. Needs a multi-turn search action, second_query: free (question_title "
+        "prefixes its title already), sft.steps: 0 and no expert episodes (both write episodes whose "
+        "searches are their queries as written)."))
     title_group: Literal["sample", "every"] = setting("sample", help=(
         "Training only, under second_query: title or question_title. sample: each of a question's n "
         "episodes samples its title. every: the question's episodes take its candidate titles one each "
@@ -136,7 +145,7 @@ TRAINING_ONLY = {"max_episode_s": None, "max_rollout_s": None, "turns_in_slot": 
 # Settings added after evaluations were first cached, with the value that leaves episodes as they were:
 # they join a cache key only when set, so entries written before they existed stay valid.
 KEYED_WHEN_SET = {"first_action": "free", "second_action": "free", "last_action": "free", "answer_by": "policy",
-                  "second_query": "free", "title_notes": "none", "title_fallback": "none"}
+                  "second_query": "free", "title_notes": "none", "title_fallback": "none", "query_prefix": "none"}
 
 
 def evaluation_key(rollout: RolloutConfig) -> dict:
@@ -145,7 +154,8 @@ def evaluation_key(rollout: RolloutConfig) -> dict:
 
     >>> sorted(set(RolloutConfig().__dict__) - set(evaluation_key(RolloutConfig())))  # doctest: +NORMALIZE_WHITESPACE
     ['answer_by', 'end_after_searches', 'first_action', 'last_action', 'max_episode_s', 'max_rollout_s',
-     'second_action', 'second_query', 'title_fallback', 'title_group', 'title_notes', 'turns_in_slot']
+     'query_prefix', 'second_action', 'second_query', 'title_fallback', 'title_group', 'title_notes',
+     'turns_in_slot']
     >>> evaluation_key(RolloutConfig(answer_by="start"))["answer_by"]
     'start'
     """

@@ -347,9 +347,11 @@ def _apply_action(st: EpisodeState, g: Generation, protocol: TextProtocol, tok, 
         turn.queries = action.queries[: cfg.max_queries_per_call]
         st.next_page = (st.allowed is not None and cfg.title_fallback == "question"
                         and [fallback_query(q) for q in turn.queries] == [fallback_query(t.question)])
-        if st.allowed is not None and cfg.second_query == "question_title" and not st.next_page:
-            # The runner searches the question, then the title the policy chose; the turn records the
-            # query as searched (its action text keeps what the policy wrote).
+        # The runner searches the question, then what the policy wrote: the title it chose
+        # (question_title), or any query (query_prefix: question, query expansion). The turn records
+        # the query as searched; its action text keeps what the policy wrote.
+        if ((st.allowed is not None and cfg.second_query == "question_title" and not st.next_page)
+                or cfg.query_prefix == "question"):
             turn.queries = [f"{t.question} {q}" for q in turn.queries]
         t.num_searches += 1
         st.pending_queries = list(turn.queries)

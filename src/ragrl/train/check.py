@@ -182,6 +182,7 @@ def check_combinations(cfg: TrainConfig) -> None:
     check_first_action(cfg)
     check_second_action(cfg)
     check_last_action(cfg)
+    check_query_prefix(cfg)
     check_forced_turns(cfg.rollout)   # after the three: a protocol that lacks the tags is named first
     check_answer_by(cfg)
     check_experts(cfg)
@@ -295,6 +296,26 @@ def check_answer_by(cfg: TrainConfig) -> None:
     if cfg.model.engine not in ("auto", "hf"):
         raise ConfigError(f"rollout.answer_by={writer} switches LoRA adapters between calls, which model.engine="
                           f"{cfg.model.engine} cannot: set model.engine=hf (or auto)")
+
+
+def check_query_prefix(cfg: TrainConfig) -> None:
+    """rollout.query_prefix=question searches the question before each query the policy writes: it needs
+    an LM policy whose multi-turn protocol has a search action, a free second query (a title choice is
+    searched its own way), and no warm start or expert episodes, whose searches are their queries as
+    written (the policy would learn from passages no rollout of it shows)."""
+    if cfg.rollout.query_prefix == "none":
+        return
+    does = "rollout.query_prefix=question searches the question followed by each query the policy writes"
+    _require_protocol_part(cfg, "query", does, "multi-turn search action", "rollout.query_prefix=none")
+    if cfg.rollout.second_query != "free":
+        raise ConfigError(f"{does}, and rollout.second_query={cfg.rollout.second_query} chooses the second query "
+                          "among titles, searched its own way: set one of them (second_query: question_title "
+                          "searches the question and the title)")
+    if cfg.sft.steps > 0 or cfg.experts_per_group > 0:
+        what = f"sft.steps={cfg.sft.steps}" if cfg.sft.steps > 0 else f"experts_per_group={cfg.experts_per_group}"
+        raise ConfigError(f"{does}, and {what} writes episodes whose searches are their queries as written, so "
+                          "the policy would learn from passages no rollout of it shows: set sft.steps=0 and "
+                          "experts_per_group=0, or query_prefix: none")
 
 
 def check_experts(cfg: TrainConfig) -> None:
