@@ -15,7 +15,7 @@ Each group's count and search gain (95% bootstrap CI; questions without a search
 out), and each system's mean count of new words a query. Deciding nothing: read beside the rule's verdict.
 
     .venv/bin/python -m experiments.search_agents.expansions --compare runs/learn_af_judge --run learn_af \\
-        --out experiments/search_agents/results/learn_af_expansions
+        --out experiments/search_agents/results/learn_af_judge_expansions
 """
 from __future__ import annotations
 
