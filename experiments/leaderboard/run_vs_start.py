@@ -22,11 +22,7 @@ from ragrl.eval.stats import ci_record, paired_record
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
 from ragrl.text import normalize_answer
 
-from experiments.search_agents.per_set import episodes, run_against_start_args
-
-
-def first_query(t: Trajectory) -> str | None:
-    return next((q for turn in t.turns if turn.kind == "search" for q in turn.queries), None)
+from experiments.search_agents.per_set import episodes, first_query, run_against_start_args
 
 
 def mean_words(answers: list[str | None]) -> float | None:

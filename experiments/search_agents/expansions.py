@@ -27,7 +27,7 @@ from ragrl.eval.stats import ci_record
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.text import normalize_answer
 
-from experiments.search_agents.per_set import episodes, run_against_start_args
+from experiments.search_agents.per_set import episodes, first_query, run_against_start_args
 
 GROUPS = ("adds no new word", "names an answer", "adds other words")
 
@@ -42,33 +42,33 @@ def added_text(t: Trajectory, query: str) -> str:
     return query[len(t.question) + 1:] if query.startswith(f"{t.question} ") else query
 
 
-def group_of(t: Trajectory, added: str) -> str:
-    words = set(normalize_answer(added).split())
-    if words <= set(normalize_answer(t.question).split()):
-        return GROUPS[0]
+def new_words(t: Trajectory, added: str) -> set[str]:
+    """The words (normalised) that the added text holds and the question does not."""
+    return set(normalize_answer(added).split()) - set(normalize_answer(t.question).split())
+
+
+def names_an_answer(t: Trajectory, added: str) -> bool:
     plain = normalize_answer(re.sub(r"'s\b", "", added))   # "Ann Lee's label" names "Ann Lee"
-    padded = f" {plain} "
-    if any(g and f" {g} " in padded for g in map(normalize_answer, t.golds)):
-        return GROUPS[1]
-    return GROUPS[2]
+    return any(g and f" {g} " in f" {plain} " for g in map(normalize_answer, t.golds))
 
 
 def expansions(system: dict[str, Trajectory]) -> dict:
     gains: dict[str, list[float]] = {g: [] for g in GROUPS}
     counts = dict.fromkeys(GROUPS, 0)
-    new_words = []
+    new_counts = []
     for t in system.values():
-        query = next((q for turn in t.turns if turn.kind == "search" for q in turn.queries), None)
+        query = first_query(t)
         if query is None:
             continue
         added = added_text(t, query)
-        group = group_of(t, added)
+        new = new_words(t, added)
+        group = GROUPS[0] if not new else GROUPS[1] if names_an_answer(t, added) else GROUPS[2]
         counts[group] += 1
-        new_words.append(len(set(normalize_answer(added).split()) - set(normalize_answer(t.question).split())))
+        new_counts.append(len(new))
         if t.metrics.get("search_gain") is not None:
             gains[group].append(t.metrics["search_gain"])
-    return {"queries": len(new_words),
-            "new words a query": round(sum(new_words) / len(new_words), 2) if new_words else None,
+    return {"queries": len(new_counts),
+            "new words a query": round(sum(new_counts) / len(new_counts), 2) if new_counts else None,
             "groups": {g: {"n": counts[g], "with a search gain": len(gains[g]),
                            "search_gain": ci_record(gains[g]) if gains[g] else None} for g in GROUPS}}
 

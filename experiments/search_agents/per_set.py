@@ -29,6 +29,11 @@ def episodes(folder: Path, system: str) -> dict[str, Trajectory]:
     return {t.sample_id: t for t in load_trajectories(folder / f"trajectories_{system}.jsonl")}
 
 
+def first_query(t: Trajectory) -> str | None:
+    """The first query an episode's searches sent (None: it never searched)."""
+    return next((q for turn in t.turns if turn.kind == "search" for q in turn.queries), None)
+
+
 def per_set(folder: Path, run: str) -> dict:
     questions = [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
     trained = {i: t.metrics for i, t in episodes(folder, run).items()}
