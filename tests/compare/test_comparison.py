@@ -206,6 +206,50 @@ def test_a_killed_comparison_resumes_to_the_same_table_and_a_damaged_cache_entry
     assert sorted(row["reused"] is None for row in again["rows"].values()) == [False, False, True, True]
 
 
+class _Killed(Exception):
+    """The fault injected: the comparison dies in the middle of a system."""
+
+
+@pytest.mark.parametrize("damage", [False, True])
+def test_a_comparison_killed_within_a_system_resumes_from_its_last_finished_batch(
+        runs, tmp_path, tiny_model_dir, demo_bm25_dir, monkeypatch, caplog, damage):
+    import ragrl.compare.systems as systems
+
+    args = dict(data=["demo-eval"], n=4, index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=2)
+    chosen = [runs["search_r1_grpo"], runs["mmoa_mappo"]]
+    whole = run_comparison(chosen, out=tmp_path / "whole", **args)
+    real, calls = systems.run_agent, []
+
+    def counted(*a, die_at=None, **kw):
+        calls.append(len(a[3]))
+        if len(calls) == die_at:
+            raise _Killed
+        return real(*a, **kw)
+
+    # Batches of 2 of 4 questions: the agent's start (calls 1-2), then the agent: its first batch is
+    # kept, and the comparison dies in its second.
+    out = tmp_path / "cmp"
+    monkeypatch.setattr(systems, "run_agent", lambda *a, **kw: counted(*a, die_at=4, **kw))
+    with pytest.raises(_Killed):
+        run_comparison(chosen, out=out, **args)
+    kept = sorted((out / "systems").glob("*.partial/*.jsonl"))
+    assert [p.name for p in kept] == ["000000-000002.jsonl"]
+    if damage:
+        data = bytearray(kept[0].read_bytes())
+        data[len(data) // 2] ^= 0x01
+        kept[0].write_bytes(bytes(data))
+
+    calls.clear()
+    monkeypatch.setattr(systems, "run_agent", lambda *a, **kw: counted(*a, **kw))
+    with caplog.at_level(logging.WARNING, logger="ragrl"):
+        resumed = run_comparison(chosen, out=out, **args)
+    # the agent's kept batch is read back, not run again (unless damaged); the pipeline runs whole
+    assert calls == ([2, 2] if damage else [2]) + [2, 2, 2, 2]
+    assert ("kept batch" in caplog.text and "sha256 mismatch" in caplog.text) == damage
+    assert without_wall_time(resumed) == without_wall_time(whole)
+    assert not list((out / "systems").glob("*.partial"))   # whole entries replace the batches
+
+
 def test_bfloat16_weights_are_systems_of_their_own_and_a_bad_precision_is_refused(runs, tmp_path, tiny_model_dir,
                                                                                    demo_bm25_dir):
     args = dict(data=["demo-eval"], n=2, index=str(demo_bm25_dir), reader=str(tiny_model_dir), batch_size=2,

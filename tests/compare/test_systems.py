@@ -77,3 +77,27 @@ def test_answer_by_base_changes_the_starts_key_too_since_the_base_writes_both_an
     assert key("start", "rollout.answer_by=reader") not in (key("start", "rollout.answer_by=base"),
                                                            key("start", "rollout.answer_by=policy"))
     assert key("trained", "rollout.answer_by=reader")["rollout"]["answer_by"] == "reader"
+
+
+def test_kept_batches_give_back_only_whole_batches_of_their_own_key_and_sum_their_seconds(tmp_path, caplog):
+    from ragrl.compare.systems import KeptBatches
+    from ragrl.rollout.trajectory import Trajectory
+
+    def traj(i: int) -> Trajectory:
+        return Trajectory(sample_id=str(i), question=f"q{i}?", golds=["a"], token_ids=[1, 2], action_mask=[0, 1],
+                          logprobs=[0.0, -0.5], prompt_len=1, answer="a", metrics={"f1": 0.25})
+
+    kept = KeptBatches(tmp_path / "d.partial", {"k": 1}, "sys")
+    assert kept.get(0, 2) is None                       # nothing kept yet
+    kept.put(0, 2, [traj(0), traj(1)], 3.5)
+    kept.put(2, 4, [traj(2), traj(3)], 1.5)
+    again = KeptBatches(tmp_path / "d.partial", {"k": 1}, "sys")
+    assert [t.to_dict() for t in again.get(0, 2)] == [traj(0).to_dict(), traj(1).to_dict()]
+    assert again.get(0, 3) is None                      # another slice of the questions
+    assert again.get(2, 4)[1].sample_id == "3"
+    assert again.earlier_s == 5.0
+    assert KeptBatches(tmp_path / "d.partial", {"k": 2}, "sys").get(0, 2) is None   # another system's key
+    (tmp_path / "d.partial" / "000002-000004.json").write_text("{cut")
+    with caplog.at_level("WARNING", logger="ragrl"):
+        assert again.get(2, 4) is None
+    assert "kept batch" in caplog.text and "its record is not JSON" in caplog.text

@@ -7,7 +7,8 @@ index and reader, in one table.
 Writes into `out`: compare.md and compare.json (the table, ragrl.compare.table), f1_vs_searches.png,
 trajectories_<system>.jsonl and report.json (what `ragrl view OUT` reads: every system side by side on
 each question), questions.jsonl (the questions, with their gold passages), and systems/ (each
-distinct system's trajectories, reused by a later comparison with the same settings).
+distinct system's trajectories, reused by a later comparison with the same settings; while a system
+runs, its finished batches of questions, from which a killed comparison resumes).
 Everything that can be refused (a run that is not finished, another corpus or index, a question a
 run trained on, duplicate question ids) is refused before any model is loaded.
 """

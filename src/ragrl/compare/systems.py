@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -82,6 +83,8 @@ class Context:
     # question id -> (depth searched, rank of its first answer-bearing passage or None): the
     # question's own search, run once for every system's search gain
     question_ranks: dict = field(default_factory=dict, repr=False)
+    # the finished batches of the system being evaluated (set by evaluate_systems while it runs one)
+    kept: KeptBatches | None = field(default=None, repr=False)
     _reader: tuple | None = field(default=None, repr=False)
 
     def reader_engine(self):
@@ -140,7 +143,7 @@ def evaluated_rollout(cfg, ctx: Context, role: str = "trained") -> RolloutConfig
 
 def _batches(ctx: Context, name: str, fn) -> list[Trajectory]:
     """`fn` over the comparison's questions in batches (`in_batches`), with the comparison's progress."""
-    return in_batches(ctx.samples, ctx.batch_size, fn,
+    return in_batches(ctx.samples, ctx.batch_size, fn, store=ctx.kept,
                       progress=(lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None)
 
 
@@ -275,16 +278,77 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
             entry = {"trajectories": cached[0], "wall_s": cached[1], "reused": "cached"}
         else:
             t0 = time.perf_counter()
-            trajs = annotate(episodes_of(system, ctx), ctx.samples, ctx)
-            entry = {"trajectories": trajs, "wall_s": time.perf_counter() - t0, "reused": None}
-            write_trajectories(stored, trajs)
-            tmp = meta.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"name": system.name, "key": key, "wall_s": entry["wall_s"],
-                                       "sha256": file_sha256(stored), "rows": len(trajs)}))
-            tmp.replace(meta)   # written last: a killed comparison leaves no entry that looks whole
+            ctx.kept = KeptBatches(cache_dir / f"{digest}.partial", key, system.name)
+            try:
+                trajs = annotate(episodes_of(system, ctx), ctx.samples, ctx)
+                wall_s = time.perf_counter() - t0 + ctx.kept.earlier_s
+            finally:
+                ctx.kept = None
+            entry = {"trajectories": trajs, "wall_s": wall_s, "reused": None}
+            write_entry(stored, meta, trajs, {"name": system.name, "key": key, "wall_s": wall_s})
+            shutil.rmtree(cache_dir / f"{digest}.partial", ignore_errors=True)   # the whole entry holds them now
         done[digest] = {**entry, "name": system.name}
         out[system.name] = entry
     return out
+
+
+def write_entry(stored: Path, meta: Path, trajs: list[Trajectory], record: dict) -> None:
+    """`trajs` into `stored`, then `record` (with their checksum and count) into `meta`, written last:
+    a killed comparison leaves no entry that looks whole."""
+    write_trajectories(stored, trajs)
+    tmp = meta.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**record, "sha256": file_sha256(stored), "rows": len(trajs)}))
+    tmp.replace(meta)
+
+
+def _checked(stored: Path, kept: dict) -> list[Trajectory] | str:
+    """The trajectories of an entry whose record `kept` was read, or what is wrong with them."""
+    if file_sha256(stored) != kept.get("sha256"):
+        return f"{stored.name} changed after it was written (sha256 mismatch)"
+    try:
+        trajs = load_trajectories(stored)
+    except RagrlError as e:
+        return str(e)
+    return trajs if len(trajs) == kept.get("rows") else f"{stored.name} holds {len(trajs)} trajectories, not {kept.get('rows')}"
+
+
+@dataclass
+class KeptBatches:
+    """The finished batches of one system while a comparison evaluates it (`in_batches`' store), so that
+    a killed comparison resumes from its last finished batch rather than from the system's first
+    question: `<folder>/<start>-<stop>.jsonl` and its record `.json` (the system's key, checksum,
+    count and seconds), written as whole entries are. A batch kept under another key, or damaged, is
+    evaluated again (a damaged one is said in the log)."""
+
+    folder: Path
+    key: dict
+    name: str
+    earlier_s: float = 0.0          # the seconds the batches taken from the folder took when they ran
+
+    def _paths(self, start: int, stop: int) -> tuple[Path, Path]:
+        return self.folder / f"{start:06d}-{stop:06d}.jsonl", self.folder / f"{start:06d}-{stop:06d}.json"
+
+    def get(self, start: int, stop: int) -> list[Trajectory] | None:
+        stored, meta = self._paths(start, stop)
+        if not (stored.is_file() and meta.is_file()):
+            return None
+        try:
+            kept = json.loads(meta.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            kept, trajs = None, f"its record is not JSON ({e})"
+        else:
+            if not isinstance(kept, dict) or kept.get("key") != self.key:
+                return None
+            trajs = _checked(stored, kept)
+        if isinstance(trajs, str):
+            log.warning("kept batch %s (%s) is damaged: %s; evaluating it again", stored, self.name, trajs)
+            return None
+        self.earlier_s += kept["wall_s"]
+        return trajs
+
+    def put(self, start: int, stop: int, outs: list[Trajectory], wall_s: float) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_entry(*self._paths(start, stop), outs, {"name": self.name, "key": self.key, "wall_s": wall_s})
 
 
 def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int) -> tuple[list, float] | None:
@@ -303,18 +367,10 @@ def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int) -> tupl
     if "sha256" not in kept:   # written before entries were checksummed: nothing to check it against
         log.warning("cache entry %s (%s) has no checksum (an older ragrl wrote it); evaluating it again", meta, name)
         return None
-    problem = None
-    if file_sha256(stored) != kept["sha256"]:
-        problem = f"{stored.name} changed after it was written (sha256 mismatch)"
-    else:
-        try:
-            trajs = load_trajectories(stored)
-        except RagrlError as e:
-            problem = str(e)
-        else:
-            if len(trajs) != kept.get("rows") or len(trajs) != n:
-                problem = f"{stored.name} holds {len(trajs)} trajectories, not {n}"
-    if problem is not None:
-        log.warning("cache entry %s (%s) is damaged: %s; evaluating it again", stored, name, problem)
+    trajs = _checked(stored, kept)
+    if not isinstance(trajs, str) and len(trajs) != n:
+        trajs = f"{stored.name} holds {len(trajs)} trajectories, not {n}"
+    if isinstance(trajs, str):
+        log.warning("cache entry %s (%s) is damaged: %s; evaluating it again", stored, name, trajs)
         return None
     return trajs, kept["wall_s"]
