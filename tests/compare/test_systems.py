@@ -41,9 +41,9 @@ def test_runs_that_differ_only_in_how_they_trained_share_their_starts_key():
         return system_key(System("r (start)", "start", run, None), ctx)
 
     base = start_key()
-    assert start_key("rollout.temperature=0.7", "rollout.n=4", "rollout.end_after_searches=1",
+    assert start_key("rollout.temperature=0.7", "rollout.n=4", "rollout.end_after_searches=2",
                      "rollout.max_episode_s=30", "rollout.seed=9", "lr=5e-4") == base
-    assert start_key("rollout.max_turns=2") != base
+    assert start_key("rollout.max_turns=3") != base
     assert base["rollout"]["temperature"] == 0.0 and base["rollout"]["n"] == 1
 
 

@@ -121,7 +121,10 @@ def test_an_enumerated_title_group_trains_one_step(tmp_path, tiny_model_dir, dem
     title, and whose row says how many titles a question had."""
     base = load_train_config("search_r1_grpo", [], "learn")
     sets = one_step_overrides(base, tmp_path / "run", tiny_model_dir, demo_bm25_dir, small_dense_dir)
-    sets += ["rollout.second_query=question_title", "rollout.title_group=every", "rollout.n=4",
+    # W's shape (the question's search, then a second whose title is chosen), which AG's variant is not
+    sets += ["rollout.first_action=question", "rollout.second_action=search", "rollout.max_turns=3",
+             "rollout.end_after_searches=2",
+             "rollout.second_query=question_title", "rollout.title_group=every", "rollout.n=4",
              "algo.estimator=enumerated", "questions_per_step=4", "rollout.max_turn_tokens=40",
              "rollout.max_response_tokens=400"]   # room for the first search's passages and the second query
     cfg = load_train_config("search_r1_grpo", sets, "learn")
