@@ -343,7 +343,7 @@ class KeptBatches:
         if isinstance(trajs, str):
             log.warning("kept batch %s (%s) is damaged: %s; evaluating it again", stored, self.name, trajs)
             return None
-        self.earlier_s += kept["wall_s"]
+        self.earlier_s += float(kept.get("wall_s") or 0.0)   # a record without its seconds still holds its rows
         return trajs
 
     def put(self, start: int, stop: int, outs: list[Trajectory], wall_s: float) -> None:
