@@ -278,7 +278,8 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
             entry = {"trajectories": cached[0], "wall_s": cached[1], "reused": "cached"}
         else:
             t0 = time.perf_counter()
-            ctx.kept = KeptBatches(cache_dir / f"{digest}.partial", key, system.name)
+            partial = cache_dir / f"{digest}.partial"
+            ctx.kept = KeptBatches(partial, key, system.name)
             try:
                 trajs = annotate(episodes_of(system, ctx), ctx.samples, ctx)
                 wall_s = time.perf_counter() - t0 + ctx.kept.earlier_s
@@ -286,7 +287,7 @@ def evaluate_systems(systems: list[System], ctx: Context, cache_dir: Path) -> di
                 ctx.kept = None
             entry = {"trajectories": trajs, "wall_s": wall_s, "reused": None}
             write_entry(stored, meta, trajs, {"name": system.name, "key": key, "wall_s": wall_s})
-            shutil.rmtree(cache_dir / f"{digest}.partial", ignore_errors=True)   # the whole entry holds them now
+            shutil.rmtree(partial, ignore_errors=True)   # the whole entry holds them now
         done[digest] = {**entry, "name": system.name}
         out[system.name] = entry
     return out
@@ -301,23 +302,12 @@ def write_entry(stored: Path, meta: Path, trajs: list[Trajectory], record: dict)
     tmp.replace(meta)
 
 
-def _checked(stored: Path, kept: dict) -> list[Trajectory] | str:
-    """The trajectories of an entry whose record `kept` was read, or what is wrong with them."""
-    if file_sha256(stored) != kept.get("sha256"):
-        return f"{stored.name} changed after it was written (sha256 mismatch)"
-    try:
-        trajs = load_trajectories(stored)
-    except RagrlError as e:
-        return str(e)
-    return trajs if len(trajs) == kept.get("rows") else f"{stored.name} holds {len(trajs)} trajectories, not {kept.get('rows')}"
-
-
 @dataclass
 class KeptBatches:
     """The finished batches of one system while a comparison evaluates it (`in_batches`' store), so that
     a killed comparison resumes from its last finished batch rather than from the system's first
     question: `<folder>/<start>-<stop>.jsonl` and its record `.json` (the system's key, checksum,
-    count and seconds), written as whole entries are. A batch kept under another key, or damaged, is
+    count and seconds), written and read as whole entries are. A batch kept under another key, or damaged, is
     evaluated again (a damaged one is said in the log)."""
 
     folder: Path
@@ -329,48 +319,47 @@ class KeptBatches:
         return self.folder / f"{start:06d}-{stop:06d}.jsonl", self.folder / f"{start:06d}-{stop:06d}.json"
 
     def get(self, start: int, stop: int) -> list[Trajectory] | None:
-        stored, meta = self._paths(start, stop)
-        if not (stored.is_file() and meta.is_file()):
+        if (cached := cached_entry(*self._paths(start, stop), self.key, self.name, what="kept batch")) is None:
             return None
-        try:
-            kept = json.loads(meta.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            kept, trajs = None, f"its record is not JSON ({e})"
-        else:
-            if not isinstance(kept, dict) or kept.get("key") != self.key:
-                return None
-            trajs = _checked(stored, kept)
-        if isinstance(trajs, str):
-            log.warning("kept batch %s (%s) is damaged: %s; evaluating it again", stored, self.name, trajs)
-            return None
-        self.earlier_s += float(kept.get("wall_s") or 0.0)   # a record without its seconds still holds its rows
-        return trajs
+        self.earlier_s += cached[1]
+        return cached[0]
 
     def put(self, start: int, stop: int, outs: list[Trajectory], wall_s: float) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_entry(*self._paths(start, stop), outs, {"name": self.name, "key": self.key, "wall_s": wall_s})
 
 
-def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int) -> tuple[list, float] | None:
-    """(the trajectories, the wall seconds) a cache entry holds for `key`, or None to (re)compute them: no entry, another
+def cached_entry(stored: Path, meta: Path, key: dict, name: str, n: int | None = None, *,
+                 what: str = "cache entry") -> tuple[list, float] | None:
+    """(the trajectories, the wall seconds) an entry holds for `key`, or None to (re)compute them: no entry, another
     key, or an entry that fails its checks. A damaged entry (its record unreadable, its trajectories
-    changed since they were written, or fewer rows than questions) is said in the log, never trusted."""
+    changed since they were written, or fewer rows than its record or `n` says) is said in the log,
+    as `what` (a whole system's cache entry, or a kept batch of one), never trusted."""
     if not (stored.is_file() and meta.is_file()):
         return None
     try:
         kept = json.loads(meta.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        log.warning("cache entry %s (%s) is damaged: its record is not JSON (%s); evaluating it again", meta, name, e)
+        log.warning("%s %s (%s) is damaged: its record is not JSON (%s); evaluating it again", what, meta, name, e)
         return None
     if not isinstance(kept, dict) or kept.get("key") != key:
         return None
     if "sha256" not in kept:   # written before entries were checksummed: nothing to check it against
-        log.warning("cache entry %s (%s) has no checksum (an older ragrl wrote it); evaluating it again", meta, name)
+        log.warning("%s %s (%s) has no checksum (an older ragrl wrote it); evaluating it again", what, meta, name)
         return None
-    trajs = _checked(stored, kept)
-    if not isinstance(trajs, str) and len(trajs) != n:
-        trajs = f"{stored.name} holds {len(trajs)} trajectories, not {n}"
-    if isinstance(trajs, str):
-        log.warning("cache entry %s (%s) is damaged: %s; evaluating it again", stored, name, trajs)
+    problem = None
+    if file_sha256(stored) != kept["sha256"]:
+        problem = f"{stored.name} changed after it was written (sha256 mismatch)"
+    else:
+        try:
+            trajs = load_trajectories(stored)
+        except RagrlError as e:
+            problem = str(e)
+        else:
+            want = kept.get("rows") if n is None else n
+            if len(trajs) != kept.get("rows") or len(trajs) != want:
+                problem = f"{stored.name} holds {len(trajs)} trajectories, not {want}"
+    if problem is not None:
+        log.warning("%s %s (%s) is damaged: %s; evaluating it again", what, stored, name, problem)
         return None
-    return trajs, kept["wall_s"]
+    return trajs, float(kept.get("wall_s") or 0.0)   # a record without its seconds still holds its rows
