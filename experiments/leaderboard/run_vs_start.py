@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
 from ragrl.eval.stats import ci_record, paired_record
-from ragrl.rollout.trajectory import EpisodeEnd, Trajectory
+from ragrl.rollout.trajectory import Trajectory
 from ragrl.text import normalize_answer
 
 from experiments.search_agents.per_set import episodes, first_query, run_against_start_args
@@ -28,6 +28,12 @@ from experiments.search_agents.per_set import episodes, first_query, run_against
 def mean_words(answers: list[str | None]) -> float | None:
     words = [len(a.split()) for a in answers if a]
     return round(sum(words) / len(words), 2) if words else None
+
+
+def answered(t: Trajectory) -> bool:
+    """The episode gave an answer: a multi-turn episode that ended on its answer tag, or a pipeline's
+    generator (MMOA-RAG's, which answers on every question, ending by eos or its token bound)."""
+    return bool(t.answer and t.answer.strip())
 
 
 def by_start_ending(start: dict[str, Trajectory], trained: dict[str, Trajectory]) -> dict:
@@ -40,8 +46,7 @@ def by_start_ending(start: dict[str, Trajectory], trained: dict[str, Trajectory]
         a, b = [start[i].metrics["f1"] for i in ids], [trained[i].metrics["f1"] for i in ids]
         result[name] = {"n": len(ids), "f1": {"start": ci_record(a), "run": ci_record(b),
                                               "run - start": paired_record(a, b)},
-                        "run answered %": round(100 * sum(trained[i].stop_reason == EpisodeEnd.ANSWER
-                                                          for i in ids) / len(ids), 1),
+                        "run answered %": round(100 * sum(answered(trained[i]) for i in ids) / len(ids), 1),
                         "answer words": {"start": mean_words([start[i].answer for i in ids]),
                                          "run": mean_words([trained[i].answer for i in ids])}}
     return result

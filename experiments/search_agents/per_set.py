@@ -30,8 +30,11 @@ def episodes(folder: Path, system: str) -> dict[str, Trajectory]:
 
 
 def first_query(t: Trajectory) -> str | None:
-    """The first query an episode's searches sent (None: it never searched)."""
-    return next((q for turn in t.turns if turn.kind == "search" for q in turn.queries), None)
+    """The first query an episode's searches sent (None: it never searched). A pipeline's answering
+    episode (MMOA-RAG's generator) holds no search turn: its rewriter's sub-questions, searched in
+    order, are in its metrics."""
+    searched = next((q for turn in t.turns if turn.kind == "search" for q in turn.queries), None)
+    return searched if searched is not None else next(iter(t.metrics.get("subquestions") or []), None)
 
 
 def per_set(folder: Path, run: str) -> dict:

@@ -45,3 +45,23 @@ def test_a_run_and_start_over_different_questions_are_refused(tmp_path):
     write(tmp_path, "r", {"b": (0.5, 0.0, "answer", "x", "q")})
     with pytest.raises(SystemExit, match="different questions"):
         run_vs_start(tmp_path, "r")
+
+
+def test_a_pipelines_generator_episodes_count_as_answered_and_their_first_query_is_the_rewriters(tmp_path):
+    """MMOA-RAG's comparison keeps the generator's episode: no search turn, its stop reason eos or
+    length, the rewriter's sub-questions in its metrics."""
+    def generator(i, f, g, stop, answer, subquestions):
+        return Trajectory(sample_id=i, question=f"Where is {i}?", golds=[], token_ids=[], action_mask=[], logprobs=[],
+                          prompt_len=0, stop_reason=stop, answer=answer, agent="generator",
+                          metrics={"f1": f, "search_gain": g, "subquestions": subquestions})
+    for name, rows in (("m_start", [generator("a", 0.0, -1.0, "eos", "Rome", ["a's city"]),
+                                    generator("b", 0.0, 0.0, "length", "", ["Where is b?"])]),
+                       ("m", [generator("a", 1.0, 0.0, "eos", "Paris", ["Where is a?", "a's city"]),
+                              generator("b", 0.5, 1.0, "length", "Paris, which", ["b's country"])])):
+        write_trajectories(tmp_path / f"trajectories_{name}.jsonl", rows)
+    result = run_vs_start(tmp_path, "m")
+    assert result["by_start_ending"]["all"]["run answered %"] == 100.0
+    assert result["by_start_ending"]["length"]["answer words"] == {"start": None, "run": 2.0}
+    first = result["by_first_query"]
+    assert first["start"]["the question"]["n"] == 1 and first["start"]["rewritten"]["search_gain"]["mean"] == -100.0
+    assert first["run"]["the question"]["search_gain"]["mean"] == 0.0 and first["run"]["rewritten"]["n"] == 1
