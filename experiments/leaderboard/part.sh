@@ -5,6 +5,7 @@
 # docs/results/leaderboard_learn.md from every part committed so far. About 1.5 hours on 2 cores.
 #     bash experiments/leaderboard/part.sh harr_grpo
 #     bash experiments/leaderboard/part.sh r1_searcher_stage2    # trains stage 1 first
+#     MORE_CACHE=runs/learn_ag_eval bash experiments/leaderboard/part.sh search_r1_grpo
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RECIPE=${1:?name the part: search_r1_grpo, harr_grpo, r1_searcher_stage2, rag_r1_ppo, smartrag_ppo or mmoa_mappo}
@@ -14,6 +15,10 @@ ONLY=$RECIPE
 [ "$RECIPE" = r1_searcher_stage2 ] && ONLY="r1_searcher_stage1 r1_searcher_stage2"
 VARIANT=learn ONLY="$ONLY" bash experiments/leaderboard/train.sh   # exits 1 (and so does this) where a run did not finish
 CACHE=(); [ -d $R/baselines/systems ] && CACHE=(--cache-from $R/baselines)
+# MORE_CACHE="runs/learn_ag_eval": earlier comparisons on the same questions whose systems may be
+# reused. A system is reused only where its key matches: the same questions, corpus, index, reader,
+# settings and weights (the adapter's digest), so a retrained run with other weights runs anew.
+for d in ${MORE_CACHE:-}; do [ -d "$d/systems" ] && CACHE+=(--cache-from "$d"); done
 C=runs/leaderboard_learn/$RECIPE
 .venv/bin/ragrl compare $T/$RECIPE --data kit:eval/hotpotqa_dev.jsonl.gz --data kit:eval/musique_dev.jsonl.gz \
   --data kit:eval/2wikimultihopqa_dev.jsonl.gz "${CACHE[@]}" --out $C
