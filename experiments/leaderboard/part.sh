@@ -2,7 +2,7 @@
 # One part of issue #53's leaderboard remake (experiments/README.md, "The remake's plan, amended"):
 # train the method's run, compare it with its start and the committed baselines on all 803 eval/
 # questions, then copy the part's files into experiments/leaderboard/results/ and re-write
-# docs/results/leaderboard_learn.md from every part committed so far. About 1.5 hours on 2 cores.
+# docs/results/leaderboard.md from every part committed so far. About 1.5 hours on 2 cores.
 #     bash experiments/leaderboard/part.sh harr_grpo
 #     bash experiments/leaderboard/part.sh r1_searcher_stage2    # trains stage 1 first
 #     MORE_CACHE=runs/learn_ag_eval bash experiments/leaderboard/part.sh search_r1_grpo
@@ -26,6 +26,5 @@ cp $C/compare.json $R/${RECIPE}_compare.json   # first: the comparison is the ho
 grep -v "f1_vs_searches.png" $C/compare.md > $R/${RECIPE}_compare.md
 .venv/bin/python -m experiments.search_agents.per_set --compare $C --run $RECIPE --out $R/${RECIPE}_per_set
 .venv/bin/python -m experiments.leaderboard.write_leaderboard $R/*_compare.json \
-  --preamble experiments/leaderboard/preamble_learn.md --findings experiments/leaderboard/findings_learn.md \
-  --out docs/results/leaderboard_learn.md
-echo "part $RECIPE: $R/${RECIPE}_*; now update findings_learn.md and experiments/README.md's progress line"
+  --out docs/results/leaderboard.md
+echo "part $RECIPE: $R/${RECIPE}_*; now update findings.md and experiments/README.md's progress line"

@@ -7,8 +7,7 @@ then every column (ragrl.compare.table's own formatter) and the plot. The JSON h
 table's figures.
 
     .venv/bin/python -m experiments.leaderboard.write_leaderboard runs/leaderboard/compare
-    .venv/bin/python -m experiments.leaderboard.write_leaderboard experiments/leaderboard/results/*_compare.json \
-        --preamble experiments/leaderboard/preamble_learn.md --out docs/results/leaderboard_learn.md
+    .venv/bin/python -m experiments.leaderboard.write_leaderboard experiments/leaderboard/results/*_compare.json
 """
 from __future__ import annotations
 
