@@ -54,6 +54,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from soak_outcome import checkpoints, compare_artifacts, compare_weights, same_rows  # noqa: E402  (beside this file)
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().with_name("soak_worker.py")
 SETTINGS = {"quick": {"steps": 12, "faults": 8}, "long": {"steps": 600, "faults": 40}}
@@ -64,21 +67,7 @@ RUN_SETS = ["model.dtype=float32", "questions_per_step=2", "rollout.n=2", "rollo
             "rollout.max_response_tokens=24", "sft.steps=0", "algo.minibatch_size=4", "data.eval_n=2", "eval_every=4",
             "keep_best=f1", "save_every=2", "keep_last=3", "log_trajectories_every=3", "guard.retrieval_wait_s=8",
             "report_to=[]"]
-# Files whose bytes hold wall-clock time or this run's own path: compared as data, or not at all.
-NOT_COMPARED = ("train.log", "training.json", "config.yaml", "curves.png")
 RAGRL = [sys.executable, "-c", "import sys; from ragrl.cli.main import main; sys.argv[0] = 'ragrl'; main()"]
-
-
-def wall_clock(key: str) -> bool:
-    return "time" in key or "wall" in key or key.endswith(("_s", "per_s")) or key == "date"
-
-
-def without_wall_clock(value):
-    if isinstance(value, dict):
-        return {k: without_wall_clock(v) for k, v in value.items() if not wall_clock(k)}
-    if isinstance(value, list):
-        return [without_wall_clock(v) for v in value]
-    return value
 
 
 def make_kit(root: Path) -> Path:
@@ -175,10 +164,6 @@ class Run:
 
     def log_text(self, k: int = -1) -> str:
         return self.launches[k].read_text(errors="replace")
-
-
-def checkpoints(run_dir: Path) -> list[Path]:
-    return sorted(p for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir())
 
 
 # ---------------------------------------------------------------- the faults
@@ -281,62 +266,6 @@ def plan_faults(n: int, steps: int, rng: random.Random) -> tuple[list[str], list
     candidates = list(range(1, steps, 2))
     nan_steps = sorted(rng.sample(candidates, min(kinds.count("nan_loss"), len(candidates))))
     return [k for k in kinds if k != "nan_loss"], nan_steps
-
-
-# ---------------------------------------------------------------- the comparison
-
-def same_rows(a: list[dict], b: list[dict]) -> tuple[bool, list[int]]:
-    """(equal, the steps whose rows differ or are missing) without wall-clock readings."""
-    a, b = without_wall_clock(a), without_wall_clock(b)
-    differ = [i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i].keys() != b[i].keys()
-              or any(abs(a[i][k] - b[i][k]) > 1e-6 + 1e-5 * abs(b[i][k]) for k in a[i])]
-    return not differ, differ
-
-
-def json_values(raw: bytes):
-    """A JSON file's values, or a JSONL file's rows, without wall-clock fields."""
-    text = raw.decode()
-    try:
-        return without_wall_clock(json.loads(text))
-    except json.JSONDecodeError:
-        return [without_wall_clock(json.loads(ln)) for ln in text.splitlines() if ln.strip()]
-
-
-def artifacts(run_dir: Path) -> dict[str, Path]:
-    return {str(p.relative_to(run_dir)): p for p in sorted(run_dir.rglob("*")) if p.is_file()
-            and p.name not in NOT_COMPARED and "tb" not in p.relative_to(run_dir).parts}
-
-
-def compare_artifacts(soak_dir: Path, ref_dir: Path) -> dict:
-    """The same files; each with the same bytes, or (JSON, JSONL) the same values without wall-clock fields."""
-    mine, theirs = artifacts(soak_dir), artifacts(ref_dir)
-    differ = []
-    for rel in sorted(set(mine) & set(theirs)):
-        a, b = mine[rel].read_bytes(), theirs[rel].read_bytes()
-        if a == b:
-            continue
-        if rel.endswith((".json", ".jsonl")) and json_values(a) == json_values(b):
-            continue
-        differ.append(rel)
-    return {"files": len(theirs), "only_in_soak": sorted(set(mine) - set(theirs)),
-            "only_in_reference": sorted(set(theirs) - set(mine)), "differ": differ,
-            "equal": mine.keys() == theirs.keys() and not differ}
-
-
-def compare_weights(soak_dir: Path, ref_dir: Path) -> dict:
-    """Every tensor of the final and best adapters (and value heads) and of the newest checkpoint."""
-    from safetensors.torch import load_file
-
-    diffs = {}
-    for ref_file in sorted(ref_dir.glob("*_adapter/*.safetensors")) + sorted(checkpoints(ref_dir)[-1].glob("*.safetensors")):
-        rel = ref_file.relative_to(ref_dir)
-        a, b = load_file(str(soak_dir / rel)) if (soak_dir / rel).exists() else {}, load_file(str(ref_file))
-        diffs[str(rel)] = max((float((a[k] - b[k]).abs().max()) if k in a and a[k].shape == b[k].shape
-                               else float("inf") for k in b), default=0.0)
-    worst = max(diffs.values(), default=float("inf"))
-    return {"files": len(diffs), "max_abs_diff": worst, "equal": worst == 0.0}
-
-
 
 
 # ---------------------------------------------------------------- the soak
