@@ -51,6 +51,11 @@ class Policy(Protocol):
 
     def reference(self) -> ContextManager: ...
 
+    def with_frozen_trunk(self, batch: ActionBatch, micro_batches: list[torch.Tensor]) -> ActionBatch:
+        """`batch` with whatever of every later forward is the same each time computed once
+        (an LM's frozen bottom layers, ragrl.policy.frozen_trunk), or `batch` itself."""
+        ...
+
     def trainable_parameters(self) -> list[nn.Parameter]: ...
 
     def extra_modules(self) -> dict[str, nn.Module] | None: ...
@@ -73,6 +78,9 @@ class ValueHeadPolicy:
 
     def extra_modules(self) -> dict[str, nn.Module] | None:
         return {"value_head": self.value_head} if self.value_head is not None else None
+
+    def with_frozen_trunk(self, batch, micro_batches: list[torch.Tensor]):
+        return batch   # nothing to keep: a policy with a frozen part says so by overriding this
 
     def train(self) -> None:
         self.module.train()

@@ -6,7 +6,7 @@ KL, entropy and value term that multiplies by it ignores prompt, retrieved and p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,6 +24,10 @@ class TrajBatch:
     # [B] long: each row's agent, an index into the policy's agent names (-1: none). Only where
     # the agents have adapters of their own (MMOA-RAG, agent_adapters: per_agent); else None.
     agent_ids: torch.Tensor | None = None
+    # [B, L, H]: each row's states after the decoder's frozen bottom `trunk_depth` layers, kept for
+    # an update's forwards (ragrl.policy.frozen_trunk); None until `LMPolicy.with_frozen_trunk`.
+    trunk: torch.Tensor | None = None
+    trunk_depth: int = 0
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -32,15 +36,22 @@ class TrajBatch:
         """Rows `idx`, trimmed to the longest remaining sequence (saves compute)."""
         idx = torch.as_tensor(idx, dtype=torch.long)
         length = int(self.attention_mask[idx].sum(1).max())
-        return TrajBatch(*(t[idx][:, :length] if t.dim() == 2 else t[idx] for t in self._tensors()))
+        return self._map(lambda t: t[idx][:, :length] if t.dim() >= 2 else t[idx])
 
     def to(self, device: torch.device | str) -> "TrajBatch":
         """The same batch on `device` (the policy's: the losses run where the model is)."""
-        return TrajBatch(*(t.to(device) for t in self._tensors()))
+        return self._map(lambda t: t.to(device))
+
+    def _map(self, fn) -> "TrajBatch":
+        return replace(self, **{name: fn(t) for name, t in self._named_tensors().items()})
+
+    def _named_tensors(self) -> dict[str, torch.Tensor]:
+        names = ("input_ids", "attention_mask", "action_mask", "old_logprobs", "scores", "group_ids",
+                 "agent_ids", "trunk")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs,
-                self.scores, self.group_ids) + (() if self.agent_ids is None else (self.agent_ids,))
+        return tuple(self._named_tensors().values())
 
 
 def collate(trajs: list[Trajectory], pad_id: int, agents: tuple[str, ...] = ()) -> TrajBatch:

@@ -18,7 +18,9 @@ from ragrl.errors import ConfigError
 from ragrl.models.hf_compat import cache_keyword
 from ragrl.models.agent_adapters import REFERENCE_ADAPTER
 from ragrl.models.lm_weights import load_policy
-from ragrl.policy.logprobs import decoder_and_head, decoder_hidden_states, logprobs_from_hidden, run_decoder
+from ragrl.policy.frozen_trunk import stop_after_trunk, top_layers_only, trunk_output
+from ragrl.policy.logprobs import (decoder_and_head, logprobs_from_hidden, position_ids_from_mask,
+                                   run_decoder)
 from ragrl.policy.model_config import ModelConfig
 
 log = logging.getLogger("ragrl.train")
@@ -159,7 +161,8 @@ def freeze_reference(model: nn.Module, source: str | None = None) -> None:
 
 
 def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                                action_mask: torch.Tensor, min_prefix: int = 32) -> torch.Tensor:
+                                action_mask: torch.Tensor, min_prefix: int = 32, *, run=None,
+                                embeds: torch.Tensor | None = None) -> torch.Tensor:
     """Decoder hidden states [B, L, H], running a prefix common to every row only ONCE.
 
     A training batch is many rollouts of prompts that share the chat template and system
@@ -168,40 +171,70 @@ def shared_prefix_hidden_states(model: nn.Module, input_ids: torch.Tensor, atten
     row's remainder attends to the repeated prefix KV cache. Rows must be right padded (as
     `collate` makes them). P stops before the first action's predicting state, so every
     hidden state the LM head needs comes from the per-row pass or the shared one unchanged.
+    `run(**decoder_inputs)` runs the decoder (default: the whole of it; `trunk_states` stops it early);
+    `embeds` [B, L, H]: the decoder's input states in place of the ids' embeddings (kept trunk states).
     """
 
+    decoder, _ = decoder_and_head(model)
+    if run is None:
+        run = lambda **inputs: run_decoder(model, decoder, **inputs)  # noqa: E731
     B, L = input_ids.shape
     first_action = int(action_mask.float().argmax(-1).min()) if bool(action_mask.any()) else L
     same = (input_ids == input_ids[:1]).all(0) & attention_mask.bool().all(0)
     P = int(same.long().cumprod(0).sum())
     P = min(P, first_action - 1, L - 1)
+    # the decoder's input for rows and positions: the ids, or the states given in their place
+    given = lambda rows, cols: ({"input_ids": input_ids[rows, cols]} if embeds is None  # noqa: E731
+                                else {"inputs_embeds": embeds[rows, cols]})
     if B == 1 or P < min_prefix:
-        return decoder_hidden_states(model, input_ids, attention_mask)
-    decoder, _ = decoder_and_head(model)
+        return run(**given(slice(None), slice(None)), attention_mask=attention_mask,
+                   position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     cache = DynamicCache()
     pos = torch.arange(L, device=input_ids.device)[None]
-    head = run_decoder(model, decoder, input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P],
-                       position_ids=pos[:, :P], use_cache=True, **{cache_keyword(decoder): cache})  # [1, P, H]
+    head = run(**given(slice(0, 1), slice(0, P)), attention_mask=attention_mask[:1, :P],
+               position_ids=pos[:, :P], use_cache=True, **{cache_keyword(decoder): cache})     # [1, P, H]
     cache.batch_repeat_interleave(B)
-    tail = run_decoder(model, decoder, input_ids=input_ids[:, P:], attention_mask=attention_mask,
-                       position_ids=pos[:, P:].expand(B, -1), use_cache=True,
-                       **{cache_keyword(decoder): cache})                                       # [B, L-P, H]
+    tail = run(**given(slice(None), slice(P, None)), attention_mask=attention_mask,
+               position_ids=pos[:, P:].expand(B, -1), use_cache=True,
+               **{cache_keyword(decoder): cache})                                              # [B, L-P, H]
     return torch.cat([head.expand(B, -1, -1), tail], dim=1)
+
+
+@torch.no_grad()
+def trunk_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 action_mask: torch.Tensor, depth: int) -> torch.Tensor:
+    """The states entering decoder layer `depth` (the output of the frozen trunk below it,
+    ragrl.policy.frozen_trunk): [B, L] -> [B, L, H], no graph, the rows' common prefix run once;
+    the layers from `depth` up are not run."""
+    decoder, _ = decoder_and_head(model)
+    with stop_after_trunk(decoder, depth):
+        return shared_prefix_hidden_states(
+            model, input_ids, attention_mask, action_mask,
+            run=lambda **inputs: trunk_output(lambda: run_decoder(model, decoder, **inputs)))
 
 
 def forward_actions(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     action_mask: torch.Tensor, *, value_head: ValueHead | None = None,
-                    with_entropy: bool = False) -> dict[str, torch.Tensor | None]:
+                    with_entropy: bool = False, trunk: torch.Tensor | None = None,
+                    trunk_depth: int = 0) -> dict[str, torch.Tensor | None]:
     """Log-probs (and entropy, values) of the tokens at action positions, from ONE decoder pass.
 
     input_ids, attention_mask, action_mask: [B, L]. Returns dense [B, L] tensors `logprobs`,
     `entropy`, `values` (zero off the action mask). The LM head runs only at action positions
     (ragrl.policy.logprobs); values V(prefix before token t) read the hidden state at t-1.
+    `trunk` [B, L, H]: the rows' kept `trunk_states` at `trunk_depth`; only the layers above run.
     """
     device = next(model.parameters()).device   # inputs may come from a CPU collate
     input_ids, attention_mask, action_mask = (t.to(device) for t in (input_ids, attention_mask, action_mask))
-    _, lm_head = decoder_and_head(model)
-    hidden = shared_prefix_hidden_states(model, input_ids, attention_mask, action_mask)  # [B, L, H]
+    decoder, lm_head = decoder_and_head(model)
+    if trunk is None:
+        hidden = shared_prefix_hidden_states(model, input_ids, attention_mask, action_mask)  # [B, L, H]
+    else:
+        if tuple(trunk.shape[:2]) != tuple(input_ids.shape):
+            raise ValueError(f"trunk states {tuple(trunk.shape)} do not match the batch {tuple(input_ids.shape)}")
+        with top_layers_only(decoder, trunk_depth):
+            hidden = shared_prefix_hidden_states(model, input_ids, attention_mask, action_mask,
+                                                 embeds=trunk.to(device))
     logprobs, entropy = logprobs_from_hidden(hidden, lm_head, input_ids,
                                              action_mask, with_entropy=with_entropy)
     values = None

@@ -136,6 +136,13 @@ class AlgoConfig:
     micro_batch_size: int = setting(4, help=(
         "Trajectories per forward/backward pass (gradient accumulation up to minibatch_size): a "
         "memory knob that leaves the update unchanged."))
+    reuse_frozen_trunk: bool = setting(True, help=(
+        "Where an update runs each trajectory forward at least twice (a KL reference, a critic's old "
+        "values, ppo_epochs > 1) and LoRA leaves the decoder's bottom layers without an adapter "
+        "(model.lora_layers), run those layers once per trajectory and keep their output for every "
+        "later forward: the same update (equal up to float rounding) for less compute, at the cost "
+        "of holding batch x length x hidden values (float32 on a CPU: 128 episodes of 600 tokens "
+        "with SmolLM2's 576 hidden units, 177 MB). false: every forward runs the whole decoder."))
 
     drop_flat_groups: bool = setting(False, help=(
         "Leave out of the update every question whose group's rewards are all equal: under an "

@@ -52,6 +52,11 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
     mask = batch.action_mask
     ref = values = None
     need_ref = kl_coef > 0
+    order = by_length(torch.arange(len(batch)), row_lengths(batch))
+    micro_batches = [order[s: s + micro_batch_size] for s in range(0, len(batch), micro_batch_size)]
+    # The frozen bottom layers run once per row when at least two forwards would each run them.
+    if cfg.reuse_frozen_trunk and cfg.ppo_epochs + need_ref + policy.has_values >= 2:
+        batch = policy.with_frozen_trunk(batch, micro_batches)
     if need_ref or policy.has_values:
         L = mask.shape[1]
         pad = lambda t: torch.nn.functional.pad(t, (0, L - t.shape[1]))  # noqa: E731
@@ -59,9 +64,7 @@ def prepare(policy: Policy, batch: ActionBatch, cfg: AlgoConfig, kl_coef: float,
         new = lambda: torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # noqa: E731
         ref = new() if need_ref else None
         values = new() if policy.has_values else None
-        order = by_length(torch.arange(len(batch)), row_lengths(batch))
-        for s in range(0, len(batch), micro_batch_size):
-            idx = order[s: s + micro_batch_size]
+        for idx in micro_batches:
             mb = batch.select(idx)
             if need_ref:
                 with policy.reference():
