@@ -15,13 +15,13 @@ from ragrl.train.config import AlgoConfig
 from ragrl.train.update import ppo_update, prepare
 
 
-def _model(adapted_layers=(2, 3), layers: int = 4):
+def _model(adapted_layers=(2, 3), layers: int = 4, lora_dropout: float = 0.0):
     from peft import LoraConfig, get_peft_model
 
     model, tok = make_tiny_model(layers=layers, seed=0)
     torch.manual_seed(0)   # peft draws lora_A from the global generator: the same model each call
     model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"],
-                                             layers_to_transform=list(adapted_layers)))
+                                             layers_to_transform=list(adapted_layers), lora_dropout=lora_dropout))
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():   # non-zero LoRA B, so the adapters act
         for name, p in model.named_parameters():
@@ -62,6 +62,12 @@ def test_frozen_depth_is_the_first_layer_with_an_adapter_or_a_trainable_weight()
     assert frozen_depth(plain, _decoder(plain)) == 3
     _decoder(plain).embed_tokens.weight.requires_grad_(True)
     assert frozen_depth(plain, _decoder(plain)) == 0          # trainable embeddings move every layer
+    model, _ = _model(adapted_layers=(2, 3))
+    model.config.attention_dropout = 0.1                      # a fresh draw in every training forward
+    assert frozen_depth(model, _decoder(model)) == 0
+    model.config.attention_dropout = 0.0
+    _decoder(model).layers[1].mlp.add_module("drop", torch.nn.Dropout(0.1))
+    assert frozen_depth(model, _decoder(model)) == 1
 
 
 def test_the_kept_trunk_gives_the_whole_decoders_log_probs_values_entropy_and_gradients():
@@ -171,3 +177,9 @@ def test_a_model_whose_kept_trunk_disagrees_runs_the_whole_decoder_and_says_so(m
     agreeing = LMPolicy(model, tok)
     assert agreeing.with_frozen_trunk(_batch(), [torch.arange(6)]).trunk is not None
     assert agreeing._trunk_agrees is True
+    # a LoRA dropout above the trunk draws anew each pass; the check runs without it, in eval mode
+    dropping, tok = _model(lora_dropout=0.5)
+    dropping.train()
+    policy = LMPolicy(dropping, tok)
+    assert policy.with_frozen_trunk(_batch(), [torch.arange(6)]).trunk is not None
+    assert policy._trunk_agrees is True and dropping.training

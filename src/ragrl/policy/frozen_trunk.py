@@ -10,8 +10,9 @@ states as the decoder's input embeddings). Under PPO with a critic, a KL referen
 epochs, the bottom 22 of SmolLM2's 30 layers run once instead of four times (`benchmarks/frozen_trunk.py`).
 
 `frozen_depth` decides how many layers that is, from what the model holds at the time: the first layer
-with a trainable parameter or any LoRA adapter (the policy's, the frozen reference's, an MMOA-RAG
-agent's), and 0 (nothing reused) with trainable embeddings, a decoder without a `layers` list, or FSDP.
+with a trainable parameter, any LoRA adapter (the policy's, the frozen reference's, an MMOA-RAG
+agent's) or a dropout, and 0 (nothing reused) with trainable embeddings, attention dropout, a decoder
+without a `layers` list, or FSDP.
 """
 from __future__ import annotations
 
@@ -38,16 +39,21 @@ def decoder_layers(decoder: nn.Module) -> nn.ModuleList | None:
 
 def frozen_depth(model: nn.Module, decoder: nn.Module) -> int:
     """How many bottom layers of `decoder` (the body of `model`) compute the same thing in every
-    forward of an update: those below the first layer holding a trainable parameter or a LoRA adapter.
-    0 where nothing can be reused: trainable embeddings, no `layers` list, or FSDP-sharded weights."""
+    forward of an update: those below the first layer holding a trainable parameter, a LoRA adapter or
+    a dropout. 0 where nothing can be reused: trainable embeddings, attention dropout, no `layers` list,
+    or FSDP-sharded weights."""
     layers = decoder_layers(decoder)
     if layers is None or is_sharded(model):
         return 0
     embed = decoder.get_input_embeddings() if hasattr(decoder, "get_input_embeddings") else None
     if embed is None or any(p.requires_grad for p in embed.parameters()):
         return 0
+    # Attention dropout draws anew in every training forward: kept states would fix one draw.
+    if float(getattr(getattr(decoder, "config", None), "attention_dropout", 0.0) or 0.0) > 0:
+        return 0
     for i, layer in enumerate(layers):
-        if any(p.requires_grad for p in layer.parameters()) or any(hasattr(m, "lora_A") for m in layer.modules()):
+        if (any(p.requires_grad for p in layer.parameters())
+                or any(hasattr(m, "lora_A") or (isinstance(m, nn.Dropout) and m.p > 0) for m in layer.modules())):
             return i
     return len(layers)
 

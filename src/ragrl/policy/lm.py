@@ -101,8 +101,13 @@ class LMPolicy(ValueHeadPolicy):
         """Whether one micro batch's log-probs from the kept trunk are the whole decoder's: a decoder
         that does more between its embeddings and its first layer (Gemma scales them) would differ,
         and then every forward runs the whole decoder (said once, in the log)."""
-        whole = self.forward(batch.select(rows))["logprobs"]
-        part = self.forward(kept.select(rows))["logprobs"]
+        training = self.module.training
+        self.module.eval()   # a LoRA dropout above the trunk would draw differently in the two passes
+        try:
+            whole = self.forward(batch.select(rows))["logprobs"]
+            part = self.forward(kept.select(rows))["logprobs"]
+        finally:
+            self.module.train(training)
         gap = float((whole - part).abs().max()) if whole.numel() else 0.0
         if gap > TRUNK_TOLERANCE:
             log.warning("algo.reuse_frozen_trunk: log-probs from this model's kept bottom %d layers differ from "
