@@ -23,6 +23,7 @@ from torch import nn
 
 from ragrl.policy.fsdp import is_sharded
 
+
 class _TrunkDone(Exception):
     """Raised by the hook on the trunk's last layer: the decoder's remaining layers are not run."""
 
