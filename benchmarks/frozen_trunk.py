@@ -28,33 +28,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def episode_batch(tok, questions: list[dict], n: int, seed: int = 0):
-    """Rows of prompt + 20..56 action tokens, right padded (as `collate` makes them)."""
+    """Trajectories of prompt + 20..56 action tokens each, collated as the trainer collates them."""
     import torch
 
     from ragrl.methods.rag_r1 import RagR1Protocol
-    from ragrl.policy.batch import TrajBatch
+    from ragrl.policy.batch import collate
     from ragrl.rollout.multi_turn import prompt_ids
+    from ragrl.rollout.trajectory import Trajectory
 
     g = torch.Generator().manual_seed(seed)
-    protocol, rows, groups = RagR1Protocol(), [], []
+    protocol, trajs = RagR1Protocol(), []
     for qi, q in enumerate(questions):
         prompt = prompt_ids(tok, protocol, q["question"])
         for _ in range(n):
             k = int(torch.randint(20, 57, (1,), generator=g))
-            rows.append((prompt, torch.randint(100, len(tok), (k,), generator=g).tolist()))
-            groups.append(qi)
-    L = max(len(p) + len(a) for p, a in rows)
-    B = len(rows)
-    ids = torch.full((B, L), tok.pad_token_id, dtype=torch.long)
-    attn = torch.zeros(B, L, dtype=torch.long)
-    act = torch.zeros(B, L)
-    for i, (p, a) in enumerate(rows):
-        ids[i, : len(p) + len(a)] = torch.tensor(p + a)
-        attn[i, : len(p) + len(a)] = 1
-        act[i, len(p): len(p) + len(a)] = 1
-    old = -torch.rand(B, L, generator=g) * act
-    scores = torch.rand(B, generator=g)
-    return TrajBatch(ids, attn, act, old, scores, torch.tensor(groups)), [len(p) + len(a) for p, a in rows]
+            action = torch.randint(100, len(tok), (k,), generator=g).tolist()
+            logprobs = (-torch.rand(k, generator=g)).tolist()
+            trajs.append(Trajectory(q["id"], q["question"], [], prompt + action, [0] * len(prompt) + [1] * k,
+                                    [0.0] * len(prompt) + logprobs, len(prompt), group=qi,
+                                    reward=float(torch.rand(1, generator=g))))
+    return collate(trajs, tok.pad_token_id), [len(t.token_ids) for t in trajs]
 
 
 def main() -> None:

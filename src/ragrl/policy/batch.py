@@ -6,7 +6,7 @@ KL, entropy and value term that multiplies by it ignores prompt, retrieved and p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -46,9 +46,8 @@ class TrajBatch:
         return replace(self, **{name: fn(t) for name, t in self._named_tensors().items()})
 
     def _named_tensors(self) -> dict[str, torch.Tensor]:
-        names = ("input_ids", "attention_mask", "action_mask", "old_logprobs", "scores", "group_ids",
-                 "agent_ids", "trunk")
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        """The fields holding a tensor, in field order (optional ones left out where None)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return tuple(self._named_tensors().values())
