@@ -6,12 +6,16 @@ Where a run's F1 or search gain moves, or does not, this says where:
   difference, how often the run answered, and the mean words of each answer given;
 - **by the first query**, for the start and the run each: episodes whose first query is the question
   word for word (after `ragrl.text.normalize_answer`) against those whose first query rewrote it, with
-  their count and search gain (questions with no search gain, yes/no ones, left out).
+  their count and search gain (questions with no search gain, yes/no ones, left out). Where the
+  runner wrote the first searches (`rollout.first_action: question`), `--runner-searches 1` splits on
+  the first query the policy wrote instead, and an episode whose policy never searched is left out.
 
 The statistics are `ragrl.eval.stats`'s, the cells `ragrl.eval.cells`'s. Seconds on a CPU.
 
     .venv/bin/python -m experiments.leaderboard.run_vs_start --compare runs/leaderboard_learn/r1_searcher_stage2 \\
         --run r1_searcher_stage2 --out experiments/leaderboard/results/r1_searcher_stage2_run_vs_start
+    .venv/bin/python -m experiments.leaderboard.run_vs_start --compare runs/learn_ah_judge --run learn_ah \\
+        --runner-searches 1 --out experiments/search_agents/results/learn_ah_judge_run_vs_start
 """
 from __future__ import annotations
 
@@ -52,11 +56,20 @@ def by_start_ending(start: dict[str, Trajectory], trained: dict[str, Trajectory]
     return result
 
 
-def by_first_query(system: dict[str, Trajectory]) -> dict:
-    """Search gain where the first query is the question itself, and where it is a rewrite of it."""
+def policy_query(t: Trajectory, runner_searches: int) -> str | None:
+    """The first query the policy wrote: the episode's first, or, after `runner_searches` searches the
+    runner wrote, the next search's first query (None: the policy never searched)."""
+    if runner_searches == 0:
+        return first_query(t)
+    searched = [turn.queries[0] for turn in t.turns if turn.kind == "search" and turn.queries]
+    return searched[runner_searches] if len(searched) > runner_searches else None
+
+
+def by_first_query(system: dict[str, Trajectory], runner_searches: int = 0) -> dict:
+    """Search gain where the policy's first query is the question itself, and where it is a rewrite."""
     groups: dict[str, list[float]] = {"the question": [], "rewritten": []}
     for t in system.values():
-        query, gain = first_query(t), t.metrics.get("search_gain")
+        query, gain = policy_query(t, runner_searches), t.metrics.get("search_gain")
         if query is None or gain is None:
             continue
         same = normalize_answer(query) == normalize_answer(t.question)
@@ -65,12 +78,13 @@ def by_first_query(system: dict[str, Trajectory]) -> dict:
             for name, gains in groups.items()}
 
 
-def run_vs_start(folder: Path, run: str) -> dict:
+def run_vs_start(folder: Path, run: str, runner_searches: int = 0) -> dict:
     trained, start = episodes(folder, run), episodes(folder, f"{run}_start")
     if set(trained) != set(start):
         raise SystemExit(f"{folder}: {run} and {run}_start answered different questions")
     return {"by_start_ending": by_start_ending(start, trained),
-            "by_first_query": {"start": by_first_query(start), "run": by_first_query(trained)}}
+            "by_first_query": {"start": by_first_query(start, runner_searches),
+                               "run": by_first_query(trained, runner_searches)}}
 
 
 def tables(result: dict) -> list[str]:
@@ -85,8 +99,9 @@ def tables(result: dict) -> list[str]:
 
 
 def main() -> None:
-    args = run_against_start_args(__doc__.split("\n\n")[0])
-    result = {"compare": str(args.compare), "run": args.run, **run_vs_start(args.compare, args.run)}
+    args = run_against_start_args(__doc__.split("\n\n")[0], runner_searches=True)
+    result = {"compare": str(args.compare), "run": args.run, "runner_searches": args.runner_searches,
+              **run_vs_start(args.compare, args.run, args.runner_searches)}
     write_results(args.out, result, tables(result))   # and prints the tables
 
 

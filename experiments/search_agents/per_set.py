@@ -74,9 +74,14 @@ def table(records: list[dict], metrics: tuple[str, ...] = METRICS) -> list[str]:
     return markdown_table(header, rows)
 
 
-def run_against_start_args(description: str) -> argparse.Namespace:
-    """The command line of a script that reads one run and its start from a comparison folder."""
+def run_against_start_args(description: str, runner_searches: bool = False) -> argparse.Namespace:
+    """The command line of a script that reads one run and its start from a comparison folder
+    (`runner_searches`: with the option naming how many searches the runner wrote first)."""
     ap = argparse.ArgumentParser(description=description)
+    if runner_searches:
+        ap.add_argument("--runner-searches", type=int, default=0, choices=range(0, 4), metavar="N",
+                        help="searches the runner wrote before the policy's first (rollout.first_action: "
+                             "question writes 1); the split by first query reads the policy's (0-3, default 0)")
     ap.add_argument("--compare", type=Path, required=True, help="a `ragrl compare` output folder")
     ap.add_argument("--run", required=True, help="the run's row name in it (its start is `<run>_start`)")
     ap.add_argument("--out", type=Path, required=True, help="where to write <out>.json and <out>.md")

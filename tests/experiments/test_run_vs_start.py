@@ -65,3 +65,21 @@ def test_a_pipelines_generator_episodes_count_as_answered_and_their_first_query_
     first = result["by_first_query"]
     assert first["start"]["the question"]["n"] == 1 and first["start"]["rewritten"]["search_gain"]["mean"] == -100.0
     assert first["run"]["the question"]["search_gain"]["mean"] == 0.0 and first["run"]["rewritten"]["n"] == 1
+
+
+def test_after_the_runners_search_the_split_reads_the_policys_first_query(tmp_path):
+    """`--runner-searches 1` (rollout.first_action: question): the runner's search of the question is
+    skipped; an episode whose policy never searched (its query left unclosed) is left out."""
+    def episode(i, gain, *queries):
+        return Trajectory(sample_id=i, question=f"Where is {i}?", golds=[], token_ids=[], action_mask=[], logprobs=[],
+                          prompt_len=0, stop_reason="answer", answer="x", metrics={"f1": 0.0, "search_gain": gain},
+                          turns=[*(Turn("", "search", queries=[q]) for q in queries), Turn("", "answer")])
+    for name in ("h_start", "h"):
+        write_trajectories(tmp_path / f"trajectories_{name}.jsonl", [
+            episode("a", 0.0, "Where is a?", "where is a"), episode("b", -1.0, "Where is b?", "b's town"),
+            episode("c", 0.0, "Where is c?")])
+    first = run_vs_start(tmp_path, "h", runner_searches=1)["by_first_query"]["run"]
+    assert first["the question"]["n"] == 1 and first["rewritten"]["n"] == 1
+    assert first["rewritten"]["search_gain"]["mean"] == -100.0
+    # read from the first search instead, every episode's first query is the question
+    assert run_vs_start(tmp_path, "h")["by_first_query"]["run"]["the question"]["n"] == 3
