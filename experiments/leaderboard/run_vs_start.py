@@ -95,7 +95,8 @@ def tables(result: dict) -> list[str]:
              for who, groups in result["by_first_query"].items() for name, g in groups.items()]
     return [*markdown_table(["the start's episode ended", "n", "F1: start", "run", "run − start", "run answered %",
                              "answer words: start", "run"], ending), "",
-            *markdown_table(["system", "first query", "n", "search gain"], first)]
+            *markdown_table(["system", "the policy's first query" if result.get("runner_searches") else "first query",
+                             "n", "search gain"], first)]
 
 
 def main() -> None:

@@ -83,3 +83,5 @@ def test_after_the_runners_search_the_split_reads_the_policys_first_query(tmp_pa
     assert first["rewritten"]["search_gain"]["mean"] == -100.0
     # read from the first search instead, every episode's first query is the question
     assert run_vs_start(tmp_path, "h")["by_first_query"]["run"]["the question"]["n"] == 3
+    lines = tables({**run_vs_start(tmp_path, "h", runner_searches=1), "runner_searches": 1})
+    assert "| system | the policy's first query | n | search gain |" in lines
