@@ -7,10 +7,14 @@ import pytest
 
 from ragrl.errors import ConfigError, RagrlError
 from ragrl.rewards.registry import make_reward
+from ragrl.rewards.registry import query_rank_depth
 from ragrl.rewards.search import (
+    QUERY_RANK,
     QUESTION_RANK,
     answer_rank_reward,
     first_answer_rank,
+    query_answer_ranks,
+    query_rank_reward,
     question_answer_ranks,
     search_gain_reward,
 )
@@ -88,6 +92,12 @@ def test_search_outcome_rewards_are_refused_where_they_cannot_act():
         check_combinations(load_train_config("harr_grpo", ["reward_schedule=[[0, {search_gain: 1.0}]]"], "tiny"))
     with pytest.raises(ConfigError, match="does not record"):
         check_combinations(load_train_config("mmoa_mappo", ["reward={answer_rank: 1.0}"], "tiny"))
+    with pytest.raises(ConfigError, match="query_rank searches again the queries an LM agent wrote"):
+        check_combinations(load_train_config("harr_grpo", ["reward_schedule=[[0, {query_rank: 1.0}]]"], "tiny"))
+    with pytest.raises(ConfigError, match="query_rank reads each search's queries"):
+        check_combinations(load_train_config("mmoa_mappo", ["reward={query_rank: 1.0}"], "tiny"))
+    with pytest.raises(ConfigError, match="'query_rank': tiers must be"):
+        make_reward({"query_rank": {"weight": 1.0, "tiers": [[10, 1.0], [3, 0.5]]}})
     check_combinations(load_train_config("search_r1_grpo", ["reward={search_gain: 1.0, answer_rank: 0.5}"], "tiny"))
 
 
@@ -107,3 +117,34 @@ def test_one_training_step_on_the_gain_over_the_question(tiny_model_dir, tmp_pat
     assert len(rows) == 1 and -1.0 <= mean <= 1.0 and 4 * mean == pytest.approx(round(4 * mean), abs=1e-5)
     annotated = [q for q in trainer.questions if QUESTION_RANK in q]
     assert len(annotated) == 2   # the step's two questions, searched once, kept on the question
+
+
+def test_query_rank_searches_each_episodes_queries_again_at_depth_on_a_real_index(demo_bm25_index):
+    """query_answer_ranks by hand: each query's own top `depth`, the best rank over an episode's
+    queries; the reward's tiers over it; the depth the trainer searches is the deepest tier's."""
+    from ragrl.datasets import load_questions
+
+    samples = {str(q["id"]): dict(q) for q in load_questions("demo-eval", limit=6)}
+    asked = [s for s in samples.values() if s["answers"][0].lower() not in ("yes", "no")][:2]
+    a, b = asked
+    def searched(sample, *queries):
+        return Trajectory(str(sample["id"]), sample["question"], list(sample["answers"]), [], [], [], 0,
+                          turns=[Turn(q, "search", queries=[q]) for q in queries])
+    trajs = [searched(a, a["question"]), searched(a, "zzz qqq", a["question"]), searched(b, "zzz qqq"), searched(b)]
+    query_answer_ranks(trajs, samples, demo_bm25_index, depth=30)
+    by_hand = first_answer_rank([f"{h.title} {h.text}" for h in demo_bm25_index.search([a["question"]], 30)[0]],
+                                a["answers"])
+    assert trajs[0].metrics[QUERY_RANK] == by_hand
+    assert trajs[1].metrics[QUERY_RANK] == by_hand          # the better of its two queries
+    nonsense = first_answer_rank([f"{h.title} {h.text}" for h in demo_bm25_index.search(["zzz qqq"], 30)[0]],
+                                 b["answers"])
+    assert trajs[2].metrics[QUERY_RANK] == nonsense
+    assert trajs[3].metrics[QUERY_RANK] is None and query_rank_reward(trajs[3], b) == 0.0   # no search
+    tiers = [[1, 1.0], [3, 0.7], [10, 0.4], [30, 0.2]]
+    expected = 0.0 if by_hand is None else next(v for bound, v in tiers if by_hand <= bound)
+    assert query_rank_reward(trajs[0], a) == expected
+    assert query_rank_depth(make_reward({"query_rank": 1.0, "f1": 1.0})) == 30
+    assert query_rank_depth(make_reward({"query_rank": {"weight": 1.0, "tiers": [[5, 1.0], [50, 0.1]]}})) == 50
+    assert query_rank_depth(make_reward({"answer_rank": 1.0})) == 0
+    with pytest.raises(RagrlError, match="query_answer_rank"):
+        query_rank_reward(searched(a, "x"), a)

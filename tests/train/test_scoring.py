@@ -7,7 +7,7 @@ import pytest
 
 from ragrl.errors import RagrlError
 from ragrl.rewards.registry import make_reward
-from ragrl.rewards.search import QUESTION_RANK
+from ragrl.rewards.search import QUERY_RANK, QUESTION_RANK
 from ragrl.rollout.trajectory import EpisodeEnd, Trajectory, Turn
 from ragrl.train.scoring import score_step
 
@@ -47,3 +47,20 @@ def test_a_reward_against_the_question_asks_the_real_index_once(demo_bm25_index)
     with pytest.raises(RagrlError, match="no index"):
         score_step([dict(q) for q in load_questions("demo-eval", limit=1)], trajs[:1],
                    make_reward({"search_gain": 1.0}), retriever=None, question_depth=10, timeout_reward=None)
+
+
+def test_a_reward_on_the_episodes_own_queries_searches_them_on_the_real_index(demo_bm25_index):
+    from ragrl.datasets import load_questions
+
+    samples = [dict(q) for q in load_questions("demo-eval", limit=3)]
+    trajs = [episode(str(s.get("id", i)), "", [("p", "nothing")]) for i, s in enumerate(samples)]
+    for t, s in zip(trajs, samples):
+        t.turns[0].queries = [s["question"]]
+    score_step(samples, trajs, make_reward({"query_rank": 1.0}), retriever=demo_bm25_index, question_depth=10,
+               timeout_reward=None)
+    assert all(QUERY_RANK in t.metrics for t in trajs)
+    assert {t.reward for t in trajs} <= {0.0, 0.2, 0.4, 0.7, 1.0}   # the default tiers
+    assert any(t.metrics[QUERY_RANK] is not None for t in trajs)
+    with pytest.raises(RagrlError, match="no index"):
+        score_step(samples[:1], trajs[:1], make_reward({"query_rank": 1.0}), retriever=None, question_depth=10,
+                   timeout_reward=None)

@@ -26,9 +26,12 @@ from ragrl.rewards.qa import cover_em_reward, em_reward, f1_reward
 from ragrl.rewards.search import (
     answer_in_docs_reward,
     answer_rank_reward,
+    QUERY_RANK_TIERS,
     check_answer_rank,
+    check_query_rank,
     check_search_gain,
     gold_recall_reward,
+    query_rank_reward,
     retrieval_reward,
     search_cost_reward,
     search_gain_reward,
@@ -49,12 +52,14 @@ REWARDS: Registry[RewardFn] = Registry("reward", {
     "answer_in_docs": answer_in_docs_reward,
     "answer_rank": answer_rank_reward,
     "search_gain": search_gain_reward,
+    "query_rank": query_rank_reward,
 })
 # The generic rewards that score a generated answer or its format (each method declares its own).
 ANSWER_REWARDS = ("em", "f1", "cover_em", "format")
 # Checks of a reward's option *values* (not only their names), run when a recipe is loaded.
 REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check", {"answer_rank": check_answer_rank,
-                                                                           "search_gain": check_search_gain})
+                                                                           "search_gain": check_search_gain,
+                                                                           "query_rank": check_query_rank})
 # Rewards that read the retrieved passages' own texts (Turn.passage_texts), which the multi-turn and
 # retrieval-only runners record: refused on load for a protocol played by another runner.
 PASSAGE_TEXT_REWARDS = ("answer_rank", "search_gain")
@@ -141,6 +146,15 @@ def make_reward(spec) -> CombinedReward:
 def reward_needs(reward, flag: str) -> bool:
     """Whether a compiled reward declares `flag` (any plain callable declares nothing)."""
     return isinstance(reward, CombinedReward) and reward.needs(flag)
+
+
+def query_rank_depth(reward) -> int:
+    """How deep the trainer searches each episode's queries again for a compiled reward's query_rank
+    terms: the deepest tier's bound over them (0: no such term, nothing to search)."""
+    if not isinstance(reward, CombinedReward):
+        return 0
+    return max((max(bound for bound, _ in t.options.get("tiers", QUERY_RANK_TIERS)) for t in reward.terms
+                if getattr(REWARDS[t.name], "needs_query_rank", False)), default=0)
 
 
 def reward_breakdown(completion, sample, spec) -> dict[str, float]:

@@ -146,10 +146,7 @@ def answer_rank_reward(completion, sample, tiers: list | tuple = ANSWER_RANK_TIE
     texts = _shown_texts(completion, "answer_rank")
     if not golds or is_yes_no(golds):
         return 0.0
-    rank = first_answer_rank(texts, golds)
-    if rank is None:
-        return 0.0
-    return next((float(value) for bound, value in tiers if rank <= bound), 0.0)   # rising bounds: the tightest met
+    return tier_reward(first_answer_rank(texts, golds), tiers)
 
 
 def check_answer_rank(tiers: list | tuple = ANSWER_RANK_TIERS) -> None:
@@ -160,6 +157,12 @@ def check_answer_rank(tiers: list | tuple = ANSWER_RANK_TIERS) -> None:
     ...
     ragrl.errors.ConfigError: reward 'answer_rank': tiers must be [[rank bound, reward], ...] with rising bounds >= 1, got [[3, 1.0], [1, 0.5]]
     """
+    check_rank_tiers("answer_rank", tiers)
+
+
+def check_rank_tiers(name: str, tiers) -> None:
+    """A rank reward's tiers (`name`'s, for the message): [[rank bound >= 1, reward], ...], bounds
+    rising, rewards finite."""
     ok = isinstance(tiers, (list, tuple)) and len(tiers) > 0
     bounds = []
     for tier in tiers if ok else []:
@@ -170,8 +173,19 @@ def check_answer_rank(tiers: list | tuple = ANSWER_RANK_TIERS) -> None:
             break
         bounds.append(tier[0])
     if not ok or bounds != sorted(set(bounds)):
-        raise ConfigError(f"reward 'answer_rank': tiers must be [[rank bound, reward], ...] with rising bounds >= 1, "
+        raise ConfigError(f"reward {name!r}: tiers must be [[rank bound, reward], ...] with rising bounds >= 1, "
                           f"got {tiers!r}")
+
+
+def tier_reward(rank: int | None, tiers) -> float:
+    """The reward of the tightest tier whose bound `rank` meets; 0.0 past the last or for None.
+
+    >>> tier_reward(2, ((1, 1.0), (3, 0.7))), tier_reward(4, ((1, 1.0), (3, 0.7))), tier_reward(None, ((1, 1.0),))
+    (0.7, 0.0, 0.0)
+    """
+    if rank is None:
+        return 0.0
+    return next((float(value) for bound, value in tiers if rank <= bound), 0.0)   # rising bounds: the tightest met
 
 
 # The key a training question carries for `search_gain`: the rank of the first answer-bearing
@@ -242,3 +256,71 @@ def check_search_gain(min_n: int = 3) -> None:
 
 # Rewards that read what a question's own search finds: the trainer runs question_answer_ranks first.
 search_gain_reward.needs_question_rank = True
+
+
+# The key a trajectory's metrics carry for `query_rank`: the best rank, over the queries the episode's
+# searches sent, of the first answer-bearing passage in that query's own top passages from the run's
+# index, searched deeper than the episode was shown (None: none within the depth). The trainer writes
+# it (query_answer_ranks) before the rewards run.
+QUERY_RANK = "query_answer_rank"
+# Deeper than answer_rank's: a query that brings the answer to rank 8 is nearer to one that shows it
+# than a query that loses it altogether, and only a search deeper than the 3 shown can tell them apart.
+QUERY_RANK_TIERS = ((1, 1.0), (3, 0.7), (10, 0.4), (30, 0.2))
+
+
+def query_answer_ranks(trajs: list, samples: dict[str, dict], retriever, depth: int) -> None:
+    """Write QUERY_RANK into each trajectory's metrics: every query its searches sent, searched again
+    for its top `depth` (one batched search for the step), the best rank of a passage holding a gold
+    answer of its sample (`samples` by sample id). No query, or a yes/no question: None."""
+    asked: list[tuple[int, str]] = []
+    for i, t in enumerate(trajs):
+        t.metrics[QUERY_RANK] = None
+        if not is_yes_no(golds_of(t, samples[t.sample_id])):
+            asked += [(i, q) for turn in t.turns if turn.kind == "search" for q in turn.queries]
+    hits = retriever.search([q for _, q in asked], depth) if asked else []
+    for (i, _), found in zip(asked, hits):
+        t = trajs[i]
+        rank = first_answer_rank([h.full_text for h in found], golds_of(t, samples[t.sample_id]))
+        best = t.metrics[QUERY_RANK]
+        if rank is not None and (best is None or rank < best):
+            t.metrics[QUERY_RANK] = rank
+
+
+def query_rank_reward(completion, sample, tiers: list | tuple = QUERY_RANK_TIERS) -> float:
+    """DeepRetrieval's reward at depth: tiers by the rank of the first passage holding a gold answer in
+    the episode's own queries' top passages, searched deeper than the passages it was shown (the
+    deepest tier's bound), the best over its queries. It grades a query that loses the answer from
+    the shown 3 by how far it pushed it, where answer_rank and search_gain score every such query
+    alike. 0.0 for no search, no such passage within the depth, or a yes/no question. Needs the
+    trajectory's `query_answer_rank` (the trainer writes it: query_answer_ranks).
+
+    >>> from ragrl.rollout.trajectory import Trajectory
+    >>> t = Trajectory("q", "Who directed Jaws?", [], [], [], [], 0, metrics={"query_answer_rank": 8})
+    >>> query_rank_reward(t, {"answers": ["Spielberg"]})
+    0.4
+    >>> query_rank_reward(t, {"answers": ["Spielberg"]}, tiers=[[5, 1.0], [50, 0.1]])
+    0.1
+    >>> query_rank_reward(Trajectory("q", "Is it?", [], [], [], [], 0, metrics={"query_answer_rank": None}), {"answers": ["yes"]})
+    0.0
+    """
+    if not isinstance(completion, Trajectory):
+        raise RagrlError("query_rank needs a Trajectory (text alone does not say which queries were searched)")
+    if QUERY_RANK not in completion.metrics:
+        raise RagrlError(f"query_rank needs the trajectory's {QUERY_RANK!r} (ragrl.rewards.search."
+                         "query_answer_ranks writes it before the rewards run)")
+    return tier_reward(completion.metrics[QUERY_RANK], tiers)
+
+
+def check_query_rank(tiers: list | tuple = QUERY_RANK_TIERS) -> None:
+    """query_rank's tiers, as answer_rank's.
+
+    >>> check_query_rank([[0, 1.0]])
+    Traceback (most recent call last):
+    ...
+    ragrl.errors.ConfigError: reward 'query_rank': tiers must be [[rank bound, reward], ...] with rising bounds >= 1, got [[0, 1.0]]
+    """
+    check_rank_tiers("query_rank", tiers)
+
+
+# The trainer searches each episode's queries again, as deep as the deepest tier, before scoring.
+query_rank_reward.needs_query_rank = True

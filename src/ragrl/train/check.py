@@ -217,19 +217,23 @@ def check_method_sections(cfg: TrainConfig) -> None:
 
 
 def check_search_outcome_rewards(cfg: TrainConfig, reward) -> None:
-    """The rewards on what a search found act where an LM's searches record their passages' texts:
-    refused for a retriever policy (search_gain's baseline is the LM's question-as-query search) and
-    for a protocol whose runner records passage ids only (a pipeline)."""
-    used = [t.name for t in reward.terms if t.name in PASSAGE_TEXT_REWARDS]
+    """The rewards on what a search found act where an LM's searches record their queries and their
+    passages' texts: refused for a retriever policy (search_gain's baseline is the LM's question-as-query
+    search; query_rank searches the LM's own queries) and for a protocol whose runner records passage
+    ids only (a pipeline)."""
+    used = [t.name for t in reward.terms if t.name in (*PASSAGE_TEXT_REWARDS, "query_rank")]
     if not used:
         return
     if cfg.policy != "lm" and "search_gain" in used:
         raise ConfigError(f"reward search_gain compares an LM agent's searches with its question's own search; "
                           f"a {cfg.policy} policy has no such agent: use answer_rank or gold_recall")
+    if cfg.policy != "lm" and "query_rank" in used:
+        raise ConfigError(f"reward query_rank searches again the queries an LM agent wrote; a {cfg.policy} "
+                          f"policy writes none: use answer_rank or gold_recall")
     runner = get_protocol(cfg.agent).runner if cfg.policy == "lm" else "retrieval_only"
     if runner not in ("multi_turn", "retrieval_only"):
-        raise ConfigError(f"reward {used[0]} reads each retrieved passage's text, which the {runner} runner of "
-                          f"protocol {cfg.agent!r} does not record: use gold_recall or answer_in_docs")
+        raise ConfigError(f"reward {used[0]} reads each search's queries or passages' texts, which the {runner} "
+                          f"runner of protocol {cfg.agent!r} does not record: use gold_recall or answer_in_docs")
 
 
 def _multi_turn_protocol(cfg: TrainConfig):

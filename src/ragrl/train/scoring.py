@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ragrl.errors import RagrlError
 from ragrl.eval.harness import score
-from ragrl.rewards.registry import reward_needs
-from ragrl.rewards.search import gold_recall, question_answer_ranks
+from ragrl.rewards.registry import query_rank_depth, reward_needs
+from ragrl.rewards.search import gold_recall, query_answer_ranks, question_answer_ranks
 from ragrl.rollout.trajectory import EpisodeEnd
 
 
@@ -22,7 +22,9 @@ def score_step(samples: list[dict], trajs: list, reward_fn, *, retriever, questi
                     "id", else its position), not by group: a pipeline's agents have groups of their
                     own, and GRPO never mixes agents.
     retriever:      the step's index, asked once for the questions' own top `question_depth` when the
-                    reward compares a search with the question (search_gain, `needs_question_rank`).
+                    reward compares a search with the question (search_gain, `needs_question_rank`),
+                    and once for the episodes' queries' top passages when it grades them at depth
+                    (query_rank, as deep as its deepest tier).
     timeout_reward: the reward of an episode cut by a wall-time bound (guard.timeout_reward), or
                     None to score it as it stands.
     """
@@ -32,6 +34,12 @@ def score_step(samples: list[dict], trajs: list, reward_fn, *, retriever, questi
             raise RagrlError("this step's reward compares a search with the question's own (search_gain), "
                              "and the setup has no index to ask")
         question_answer_ranks(samples, retriever, question_depth)
+    depth = query_rank_depth(reward_fn)
+    if depth:
+        if retriever is None:
+            raise RagrlError("this step's reward grades the episodes' own queries at depth (query_rank), "
+                             "and the setup has no index to ask")
+        query_answer_ranks(trajs, by_id, retriever, depth)
     for t in trajs:
         sample = by_id[t.sample_id]
         t.reward = float(reward_fn(t, sample))
