@@ -24,9 +24,9 @@ from ragrl.registry import Registry
 from ragrl.rewards.format import format_reward
 from ragrl.rewards.qa import cover_em_reward, em_reward, f1_reward
 from ragrl.rewards.search import (
+    QUERY_RANK_TIERS,
     answer_in_docs_reward,
     answer_rank_reward,
-    QUERY_RANK_TIERS,
     check_answer_rank,
     check_query_rank,
     check_search_gain,
