@@ -273,14 +273,15 @@ def query_answer_ranks(trajs: list, samples: dict[str, dict], retriever, depth: 
     for its top `depth` (one batched search for the step), the best rank of a passage holding a gold
     answer of its sample (`samples` by sample id). No query, or a yes/no question: None."""
     asked: list[tuple[int, str]] = []
+    golds = [golds_of(t, samples[t.sample_id]) for t in trajs]
     for i, t in enumerate(trajs):
         t.metrics[QUERY_RANK] = None
-        if not is_yes_no(golds_of(t, samples[t.sample_id])):
+        if not is_yes_no(golds[i]):
             asked += [(i, q) for turn in t.turns if turn.kind == "search" for q in turn.queries]
     hits = retriever.search([q for _, q in asked], depth) if asked else []
     for (i, _), found in zip(asked, hits):
         t = trajs[i]
-        rank = first_answer_rank([h.full_text for h in found], golds_of(t, samples[t.sample_id]))
+        rank = first_answer_rank([h.full_text for h in found], golds[i])
         best = t.metrics[QUERY_RANK]
         if rank is not None and (best is None or rank < best):
             t.metrics[QUERY_RANK] = rank
