@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragrl.errors import ConfigError, RagrlError
-from ragrl.rewards.registry import make_reward
-from ragrl.rewards.registry import query_rank_depth
+from ragrl.rewards.registry import make_reward, query_rank_depth
 from ragrl.rewards.search import (
     QUERY_RANK,
     QUESTION_RANK,

@@ -63,9 +63,6 @@ REWARD_CHECKS: Registry[Callable[..., None]] = Registry("reward option check", {
 # Rewards that read the retrieved passages' own texts (Turn.passage_texts), which the multi-turn and
 # retrieval-only runners record: refused on load for a protocol played by another runner.
 PASSAGE_TEXT_REWARDS = ("answer_rank", "search_gain")
-# Rewards that search an LM episode's own queries again (the trainer's scoring phase does): refused
-# on load for a policy that writes no queries and for a runner that records none.
-OWN_QUERY_REWARDS = ("query_rank",)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ragrl.paths import KIT_PREFIX, resolve_kit
 from ragrl.policy.lm_model import resolve_device
 from ragrl.retrieval.corpus import file_sha256, load_corpus
 from ragrl.retrieval.resolve import corpus_of
-from ragrl.rewards.registry import OWN_QUERY_REWARDS, PASSAGE_TEXT_REWARDS, make_reward
+from ragrl.rewards.registry import PASSAGE_TEXT_REWARDS, REWARDS, make_reward
 from ragrl.rollout.config import check_forced_turns
 from ragrl.rollout.protocol import get_protocol
 from ragrl.train.config import TrainConfig
@@ -221,13 +221,16 @@ def check_search_outcome_rewards(cfg: TrainConfig, reward) -> None:
     passages' texts: refused for a retriever policy (search_gain's baseline is the LM's question-as-query
     search; query_rank searches the LM's own queries) and for a protocol whose runner records passage
     ids only (a pipeline)."""
-    used = [t.name for t in reward.terms if t.name in (*PASSAGE_TEXT_REWARDS, *OWN_QUERY_REWARDS)]
+    # The rewards that search an LM episode's own queries again declare it (needs_query_rank), as the
+    # trainer's scoring phase reads it.
+    own = [t.name for t in reward.terms if getattr(REWARDS[t.name], "needs_query_rank", False)]
+    used = [t.name for t in reward.terms if t.name in PASSAGE_TEXT_REWARDS] + own
     if not used:
         return
     if cfg.policy != "lm" and "search_gain" in used:
         raise ConfigError(f"reward search_gain compares an LM agent's searches with its question's own search; "
                           f"a {cfg.policy} policy has no such agent: use answer_rank or gold_recall")
-    if cfg.policy != "lm" and (own := [n for n in used if n in OWN_QUERY_REWARDS]):
+    if cfg.policy != "lm" and own:
         raise ConfigError(f"reward {own[0]} searches again the queries an LM agent wrote; a {cfg.policy} "
                           f"policy writes none: use answer_rank or gold_recall")
     runner = get_protocol(cfg.agent).runner if cfg.policy == "lm" else "retrieval_only"
