@@ -129,7 +129,10 @@ def test_query_rank_searches_each_episodes_queries_again_at_depth_on_a_real_inde
     def searched(sample, *queries):
         return Trajectory(str(sample["id"]), sample["question"], list(sample["answers"]), [], [], [], 0,
                           turns=[Turn(q, "search", queries=[q]) for q in queries])
-    trajs = [searched(a, a["question"]), searched(a, "zzz qqq", a["question"]), searched(b, "zzz qqq"), searched(b)]
+    after_runner = searched(a, "zzz qqq")    # the runner searched the question first (first_action: question)
+    after_runner.turns.insert(0, Turn(a["question"], "search", queries=[a["question"]], by_runner=True))
+    trajs = [searched(a, a["question"]), searched(a, "zzz qqq", a["question"]), searched(b, "zzz qqq"), searched(b),
+             after_runner]
     query_answer_ranks(trajs, samples, demo_bm25_index, depth=30)
     by_hand = first_answer_rank([f"{h.title} {h.text}" for h in demo_bm25_index.search([a["question"]], 30)[0]],
                                 a["answers"])
@@ -139,6 +142,10 @@ def test_query_rank_searches_each_episodes_queries_again_at_depth_on_a_real_inde
                                  b["answers"])
     assert trajs[2].metrics[QUERY_RANK] == nonsense
     assert trajs[3].metrics[QUERY_RANK] is None and query_rank_reward(trajs[3], b) == 0.0   # no search
+    # the runner's search of the question is not the policy's query: only "zzz qqq" is graded
+    policy_only = first_answer_rank([f"{h.title} {h.text}" for h in demo_bm25_index.search(["zzz qqq"], 30)[0]],
+                                    a["answers"])
+    assert by_hand is not None and policy_only != by_hand and trajs[4].metrics[QUERY_RANK] == policy_only
     tiers = [[1, 1.0], [3, 0.7], [10, 0.4], [30, 0.2]]
     expected = 0.0 if by_hand is None else next(v for bound, v in tiers if by_hand <= bound)
     assert query_rank_reward(trajs[0], a) == expected

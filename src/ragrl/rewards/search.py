@@ -258,8 +258,8 @@ def check_search_gain(min_n: int = 3) -> None:
 search_gain_reward.needs_question_rank = True
 
 
-# The key a trajectory's metrics carry for `query_rank`: the best rank, over the queries the episode's
-# searches sent, of the first answer-bearing passage in that query's own top passages from the run's
+# The key a trajectory's metrics carry for `query_rank`: the best rank, over the queries the policy's
+# searches sent (not a search the runner wrote: rollout.first_action: question), of the first answer-bearing passage in that query's own top passages from the run's
 # index, searched deeper than the episode was shown (None: none within the depth). The trainer writes
 # it (query_answer_ranks) before the rewards run.
 QUERY_RANK = "query_answer_rank"
@@ -269,15 +269,19 @@ QUERY_RANK_TIERS = ((1, 1.0), (3, 0.7), (10, 0.4), (30, 0.2))
 
 
 def query_answer_ranks(trajs: list, samples: dict[str, dict], retriever, depth: int) -> None:
-    """Write QUERY_RANK into each trajectory's metrics: every query its searches sent, searched again
-    for its top `depth` (one batched search for the step), the best rank of a passage holding a gold
-    answer of its sample (`samples` by sample id). No query, or a yes/no question: None."""
+    """Write QUERY_RANK into each trajectory's metrics: every query the policy's searches sent,
+    searched again for its top `depth` (one batched search for the step), the best rank of a passage
+    holding a gold answer of its sample (`samples` by sample id). A search the runner wrote (the
+    question, rollout.first_action: question) is not the policy's query: left out, so that a query
+    which loses what the question found is not paid the question's rank. No query, or a yes/no
+    question: None."""
     asked: list[tuple[int, str]] = []
     golds = [golds_of(t, samples[t.sample_id]) for t in trajs]
     for i, t in enumerate(trajs):
         t.metrics[QUERY_RANK] = None
         if not is_yes_no(golds[i]):
-            asked += [(i, q) for turn in t.turns if turn.kind == "search" for q in turn.queries]
+            asked += [(i, q) for turn in t.turns if turn.kind == "search" and not turn.by_runner
+                      for q in turn.queries]
     hits = retriever.search([q for _, q in asked], depth) if asked else []
     for (i, _), found in zip(asked, hits):
         t = trajs[i]
@@ -289,7 +293,7 @@ def query_answer_ranks(trajs: list, samples: dict[str, dict], retriever, depth: 
 
 def query_rank_reward(completion, sample, tiers: list | tuple = QUERY_RANK_TIERS) -> float:
     """DeepRetrieval's reward at depth: tiers by the rank of the first passage holding a gold answer in
-    the episode's own queries' top passages, searched deeper than the passages it was shown (the
+    the policy's own queries' top passages (a search the runner wrote is not one), searched deeper than the passages it was shown (the
     deepest tier's bound), the best over its queries. It grades a query that loses the answer from
     the shown 3 by how far it pushed it, where answer_rank and search_gain score every such query
     alike. 0.0 for no search, no such passage within the depth, or a yes/no question. Needs the

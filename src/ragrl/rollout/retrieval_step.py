@@ -28,7 +28,7 @@ def search_the_question(states: list[EpisodeState], protocol: TextProtocol, retr
         t.append_masked(tok.encode(text, add_special_tokens=False))
         t.num_turns += 1
         t.num_searches += 1
-        t.turns.append(Turn(action_text=text, kind="search", queries=[t.question]))
+        t.turns.append(Turn(action_text=text, kind="search", queries=[t.question], by_runner=True))
         st.pending_queries = [t.question]
     retrieve_and_observe(states, protocol, retriever, tok, cfg, stats, sampling_rng)
 

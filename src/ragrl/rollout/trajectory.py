@@ -28,6 +28,9 @@ class Turn:
     passage_texts: list[list[str]] = field(default_factory=list)
     observation: str = ""                 # text appended after the action (empty at the end)
     error: str | None = None              # why the action was invalid, if it was
+    # the runner wrote this action, not the policy (rollout.first_action: question): rewards that
+    # grade the policy's own queries (query_rank) leave it out
+    by_runner: bool = False
 
 
 class EpisodeEnd(StrEnum):
