@@ -72,6 +72,9 @@ def test_an_expert_episode_has_the_layout_of_a_rollout_that_took_its_actions(fir
     assert played.prompt_len == expert.prompt_len
     assert [t.passage_ids for t in played.turns] == [t.passage_ids for t in expert.turns]
     assert [t.passage_texts for t in played.turns] == [t.passage_texts for t in expert.turns]
+    # the runner's own search of the question is marked as its, in both (query_rank leaves it out)
+    assert [t.by_runner for t in played.turns] == [t.by_runner for t in expert.turns] == (
+        [first == "question", False, False])
     assert played.answer == expert.answer == sample["answers"][0]
 
 
@@ -109,6 +112,7 @@ def test_an_expert_in_the_shape_where_the_runner_searches_the_question_and_opens
         assert played.prompt_len == expert.prompt_len and played.stop_reason == expert.stop_reason
         assert [t.passage_ids for t in played.turns] == [t.passage_ids for t in expert.turns]
         assert [t.passage_texts for t in played.turns] == [t.passage_texts for t in expert.turns]
+        assert [t.by_runner for t in played.turns] == [t.by_runner for t in expert.turns] == [True, False]
     for sample, expert in made:
         if expert is None:   # no second query, or none of its searches showed a gold answer
             t = synth_trajectory(tok, protocol, sample, retriever, passages, replace(cfg, max_turns=3),

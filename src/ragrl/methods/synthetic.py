@@ -118,7 +118,8 @@ def synth_trajectory(tok, protocol: TextProtocol, sample: dict, retriever: Retri
         t.turns.append(Turn(action_text=action, kind="search", queries=qs,
                             passage_ids=[[h.id for h in hs] for hs in hits],
                             passage_titles=[[h.title for h in hs] for hs in hits],
-                            passage_texts=[[h.full_text for h in hs] for hs in hits], observation=obs))
+                            passage_texts=[[h.full_text for h in hs] for hs in hits], observation=obs,
+                            by_runner=served))
         t.num_searches += 1
         if ends:
             t.num_turns, t.stop_reason = len(t.turns), EpisodeEnd.RETRIEVED

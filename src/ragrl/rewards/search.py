@@ -259,9 +259,10 @@ search_gain_reward.needs_question_rank = True
 
 
 # The key a trajectory's metrics carry for `query_rank`: the best rank, over the queries the policy's
-# searches sent (not a search the runner wrote: rollout.first_action: question), of the first answer-bearing passage in that query's own top passages from the run's
-# index, searched deeper than the episode was shown (None: none within the depth). The trainer writes
-# it (query_answer_ranks) before the rewards run.
+# searches sent (not a search the runner wrote: rollout.first_action: question), of the first
+# answer-bearing passage in that query's own top passages from the run's index, searched deeper than
+# the episode was shown (None: none within the depth). The trainer writes it (query_answer_ranks)
+# before the rewards run.
 QUERY_RANK = "query_answer_rank"
 # Deeper than answer_rank's: a query that brings the answer to rank 8 is nearer to one that shows it
 # than a query that loses it altogether, and only a search deeper than the 3 shown can tell them apart.
@@ -293,10 +294,10 @@ def query_answer_ranks(trajs: list, samples: dict[str, dict], retriever, depth: 
 
 def query_rank_reward(completion, sample, tiers: list | tuple = QUERY_RANK_TIERS) -> float:
     """DeepRetrieval's reward at depth: tiers by the rank of the first passage holding a gold answer in
-    the policy's own queries' top passages (a search the runner wrote is not one), searched deeper than the passages it was shown (the
-    deepest tier's bound), the best over its queries. It grades a query that loses the answer from
-    the shown 3 by how far it pushed it, where answer_rank and search_gain score every such query
-    alike. 0.0 for no search, no such passage within the depth, or a yes/no question. Needs the
+    the policy's own queries' top passages (a search the runner wrote is not one), searched deeper
+    than the passages it was shown (the deepest tier's bound), the best over its queries. It grades a
+    query that loses the answer from the shown 3 by how far it pushed it, where answer_rank and
+    search_gain score every such query alike. 0.0 for no search, no such passage within the depth, or a yes/no question. Needs the
     trajectory's `query_answer_rank` (the trainer writes it: query_answer_ranks).
 
     >>> from ragrl.rollout.trajectory import Trajectory
