@@ -297,8 +297,9 @@ def query_rank_reward(completion, sample, tiers: list | tuple = QUERY_RANK_TIERS
     the policy's own queries' top passages (a search the runner wrote is not one), searched deeper
     than the passages it was shown (the deepest tier's bound), the best over its queries. It grades a
     query that loses the answer from the shown 3 by how far it pushed it, where answer_rank and
-    search_gain score every such query alike. 0.0 for no search, no such passage within the depth, or a yes/no question. Needs the
-    trajectory's `query_answer_rank` (the trainer writes it: query_answer_ranks).
+    search_gain score every such query alike. 0.0 for no search, no such passage within the depth,
+    or a yes/no question. Needs the trajectory's `query_answer_rank` (the trainer writes it:
+    query_answer_ranks).
 
     >>> from ragrl.rollout.trajectory import Trajectory
     >>> t = Trajectory("q", "Who directed Jaws?", [], [], [], [], 0, metrics={"query_answer_rank": 8})
