@@ -2,7 +2,8 @@
 candidate AF: `rollout.query_prefix: question`, where the runner searches the question followed by what the
 policy wrote).
 
-For the run and its start in one `ragrl compare` folder, each episode's first search is split into the
+For the run and its start in one `ragrl compare` folder, each episode's first search that the policy
+wrote (a search the runner wrote, `rollout.first_action: question`, is passed over) is split into the
 question and what was added to it (a query that does not start with the question counts whole as added),
 and put in one of three groups:
 - **adds no new word**: every word added (after `ragrl.text.normalize_answer`) is already in the question,
@@ -27,7 +28,7 @@ from ragrl.eval.stats import ci_record
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.text import normalize_answer
 
-from experiments.search_agents.per_set import episodes, first_query, run_against_start_args
+from experiments.search_agents.per_set import episodes, run_against_start_args
 
 GROUPS = ("adds no new word", "names an answer", "adds other words")
 
@@ -40,6 +41,20 @@ def added_text(t: Trajectory, query: str) -> str:
     "X's wife"
     """
     return query[len(t.question) + 1:] if query.startswith(f"{t.question} ") else query
+
+
+def policy_first_query(t: Trajectory) -> str | None:
+    """The first query the policy's own searches sent (None: it wrote none). Episodes recorded before
+    turns were marked as the runner's read as the policy's, which they were (AF's shape).
+
+    >>> from ragrl.rollout.trajectory import Turn
+    >>> t = Trajectory(sample_id="a", question="Who is X?", golds=[], token_ids=[], action_mask=[],
+    ...                logprobs=[], prompt_len=0, turns=[Turn("", "search", queries=["Who is X?"], by_runner=True),
+    ...                                                  Turn("", "search", queries=["Who is X? Y"])])
+    >>> policy_first_query(t)
+    'Who is X? Y'
+    """
+    return next((q for turn in t.turns if turn.kind == "search" and not turn.by_runner for q in turn.queries), None)
 
 
 def new_words(t: Trajectory, added: str) -> set[str]:
@@ -57,7 +72,7 @@ def expansions(system: dict[str, Trajectory]) -> dict:
     counts = dict.fromkeys(GROUPS, 0)
     new_counts = []
     for t in system.values():
-        query = first_query(t)
+        query = policy_first_query(t)
         if query is None:
             continue
         added = added_text(t, query)

@@ -37,3 +37,17 @@ def test_each_first_query_is_grouped_by_what_it_adds_to_the_question(tmp_path):
     assert run["adds other words"]["with a search gain"] == 1 and run["names an answer"]["search_gain"]["mean"] == 100.0
     assert result["run"]["new words a query"] == (3 + 1 + 2 + 0) / 4   # "ann lee label", "bob", "label owner"
     assert "| run | names an answer | 1 | +100.0" in "\n".join(tables(result))
+
+
+def test_a_search_the_runner_wrote_is_passed_over_for_the_policys_query(tmp_path):
+    """s3's shape (rollout.first_action: question): the runner searches the question first; what the policy
+    added is read from its own search after it, not from the runner's (which adds nothing)."""
+    q = "Who founded k Records?"
+    write_trajectories(tmp_path / "trajectories_r.jsonl", [Trajectory(
+        sample_id="k", question=q, golds=["Ann Lee"], token_ids=[], action_mask=[], logprobs=[], prompt_len=0,
+        metrics={"search_gain": 1.0},
+        turns=[Turn("", "search", queries=[q], by_runner=True), Turn("", "search", queries=[f"{q} Ann Lee"])])])
+    write_trajectories(tmp_path / "trajectories_r_start.jsonl", [])
+    run = run_and_start(tmp_path, "r")["run"]
+    assert run["groups"]["names an answer"]["n"] == 1 and run["groups"]["adds no new word"]["n"] == 0
+    assert run["new words a query"] == 2.0
