@@ -54,7 +54,7 @@ def policy_first_query(t: Trajectory) -> str | None:
     >>> policy_first_query(t)
     'Who is X? Y'
     """
-    return next((q for turn in t.turns if turn.kind == "search" and not turn.by_runner for q in turn.queries), None)
+    return next(iter(t.policy_queries), None)
 
 
 def new_words(t: Trajectory, added: str) -> set[str]:

@@ -281,8 +281,7 @@ def query_answer_ranks(trajs: list, samples: dict[str, dict], retriever, depth: 
     for i, t in enumerate(trajs):
         t.metrics[QUERY_RANK] = None
         if not is_yes_no(golds[i]):
-            asked += [(i, q) for turn in t.turns if turn.kind == "search" and not turn.by_runner
-                      for q in turn.queries]
+            asked += [(i, q) for q in t.policy_queries]
     hits = retriever.search([q for _, q in asked], depth) if asked else []
     for (i, _), found in zip(asked, hits):
         t = trajs[i]

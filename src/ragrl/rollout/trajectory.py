@@ -103,6 +103,12 @@ class Trajectory:
     def retrieved_ids(self) -> list[str]:
         return [pid for t in self.turns for ids in t.passage_ids for pid in ids]
 
+    @property
+    def policy_queries(self) -> list[str]:
+        """Every query the policy's own searches sent, in order: a search the runner wrote
+        (`Turn.by_runner`) is left out, so what grades the policy's queries never reads it."""
+        return [q for t in self.turns if t.kind == "search" and not t.by_runner for q in t.queries]
+
     def _shown(self) -> list[tuple[str, str, str]]:
         """(id, title, "title text") of every distinct passage the episode's searches retrieved, in
         the order they came (search by search, query by query, rank by rank); "" where none was recorded."""
