@@ -1,8 +1,8 @@
 """A stranger with only the project: a clone of it in a folder with no `shared/` above it and no
 $RAGRL_DATA, installed as the README says (./install.sh), verifies its data kit, checks the main
-job's recipe, and runs the main job in a shortened form twice, the second time while other
-processes load every core: the two tables are identical, wall times aside (RL trains a fixed number
-of steps; the time bound is only a safety).
+job's recipe, and runs the main job in a shortened form twice, the second time beside a process that
+keeps a core busy (with the suite's other worker on the other, every core is loaded): the two tables
+are identical, wall times aside (RL trains a fixed number of steps; the time bound is only a safety).
 
 It clones the checkout's HEAD (commit before running it by hand); CI runs it on the commit it tests."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHORT = ["--held-out", "5", "--set", "steps=3", "--set", "eval_every=3", "--set", "data.eval_n=10",
+SHORT = ["--held-out", "3", "--set", "steps=3", "--set", "eval_every=3", "--set", "data.eval_n=10",
          "--set", "retriever.filter_questions=false"]
 WALL_TIME_KEYS = ("minutes", "retrieval_wall_s")
 
@@ -62,7 +62,7 @@ def test_a_fresh_clone_installs_verifies_its_kit_and_gives_the_same_table_under_
     assert "nothing was trained" in check and "18 files verified" in check and "dense index: 51185 passages" in check
 
     reports = []
-    for name, load in (("idle", 0), ("loaded", 2)):
+    for name, load in (("idle", 0), ("loaded", 1)):
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
         try:
             out = run([ragrl, "quickstart", *SHORT, "--out", f"runs/{name}"], clone, env)
@@ -77,5 +77,5 @@ def test_a_fresh_clone_installs_verifies_its_kit_and_gives_the_same_table_under_
                         (clone / "runs" / name / "before_after.md").read_text().replace(f"runs/{name}", "OUT")))
     (idle, idle_rows, idle_md), (loaded, loaded_rows, loaded_md) = reports
     assert set(idle["sets"]) == {"hotpotqa_dev", "musique_dev", "2wikimultihopqa_dev"}
-    assert idle["pooled"]["base encoder"]["n"] == 15
+    assert idle["pooled"]["base encoder"]["n"] == 9
     assert idle == loaded and idle_rows == loaded_rows and idle_md == loaded_md
