@@ -48,6 +48,29 @@ def sample_gains(engine, protocol, retriever, samples, rollout) -> dict[str, lis
     return gains
 
 
+def ceiling(greedy: dict[str, list[float]], sampled: dict[str, list[float]], n: int) -> dict:
+    """Per question (those with a greedy gain and all n sampled ones): the greedy gain, the samples'
+    mean and their best, pooled with 95% CIs (percent), and the shares of questions (percent) where
+    the best sample beats the question (> 0), where every sample loses (< 0), and where the greedy
+    episode loses but some sample does not.
+
+    >>> out = ceiling({"a": [-1.0], "b": [0.0], "c": [0.0]}, {"a": [-1.0, 1.0], "b": [0.0, 0.0], "c": [-1.0, -1.0]}, 2)
+    >>> out["questions"], out["search_gain"]["best of 2"]["mean"], round(out["search_gain"]["sample mean"]["mean"], 1)
+    (3, 0.0, -33.3)
+    >>> out["share_some_sample_beats_the_question"], out["share_every_sample_loses"], out["share_greedy_loses_but_a_sample_does_not"]
+    (33.3, 33.3, 33.3)
+    """
+    ids = [i for i in greedy if len(sampled.get(i, [])) == n]
+    best = [max(sampled[i]) for i in ids]
+    rows = {"greedy": [greedy[i][0] for i in ids], "sample mean": [sum(sampled[i]) / n for i in ids],
+            f"best of {n}": best}
+    share = lambda hits: round(100 * sum(hits) / len(ids), 1)
+    return {"questions": len(ids), "n": n, "search_gain": {k: ci_record(v) for k, v in rows.items()},
+            "share_some_sample_beats_the_question": share(b > 0 for b in best),
+            "share_every_sample_loses": share(b < 0 for b in best),
+            "share_greedy_loses_but_a_sample_does_not": share(greedy[i][0] < 0 <= max(sampled[i]) for i in ids)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True, help="what the table calls this start and shape")
@@ -69,18 +92,10 @@ def main() -> None:
     rollout = replace(cfg.rollout, end_after_searches=cfg.rollout.end_after_searches or 1, seed=args.seed)
     greedy = sample_gains(engine, protocol, retriever, samples, replace(rollout, n=1, temperature=0.0))
     sampled = sample_gains(engine, protocol, retriever, samples, replace(rollout, n=args.n))
-    ids = [i for i in greedy if len(sampled.get(i, [])) == args.n]
-    best = [max(sampled[i]) for i in ids]
-    rows = {"greedy": [greedy[i][0] for i in ids], "sample mean": [sum(sampled[i]) / args.n for i in ids],
-            f"best of {args.n}": best}
-    result = {"name": args.name, "overrides": args.sets, "adapter": args.adapter, "questions": len(ids),
-              "file": f"pool-train (last {args.questions})", "n": args.n, "temperature": rollout.temperature,
-              "search_gain": {k: ci_record(v) for k, v in rows.items()},
-              "share_some_sample_beats_the_question": round(100 * sum(b > 0 for b in best) / len(ids), 1),
-              "share_every_sample_loses": round(100 * sum(max(sampled[i]) < 0 for i in ids) / len(ids), 1),
-              "share_greedy_loses_but_a_sample_does_not": round(
-                  100 * sum(greedy[i][0] < 0 <= max(sampled[i]) for i in ids) / len(ids), 1)}
-    md = [f"{args.name}: {len(ids)} questions (the last {args.questions} of pool-train, yes/no left out), "
+    result = {"name": args.name, "overrides": args.sets, "adapter": args.adapter,
+              "file": f"pool-train (last {args.questions})", "temperature": rollout.temperature,
+              **ceiling(greedy, sampled, args.n)}
+    md = [f"{args.name}: {result['questions']} questions (the last {args.questions} of pool-train, yes/no left out), "
           f"{args.n} samples each at temperature {rollout.temperature}; search gain at equal passages", "",
           *markdown_table(["episode", "search gain"], [[k, ci_cell(v, signed=True)] for k, v in result["search_gain"].items()]),
           "", f"some sample beats the question: {result['share_some_sample_beats_the_question']}% of questions; "
