@@ -222,8 +222,8 @@ def markdown(result: dict) -> list[str]:
         md += [""]
         rows = [[f"{n} − SFT start", diff_cell(d["retrieval_rate"]), diff_cell(d["f1"]), diff_cell(d["selectivity"])]
                 for n, d in e["vs_start"].items()]
-        rows += [[f"{n} − cost_0", diff_cell(d["retrieval_rate"]), diff_cell(d["f1"]), diff_cell(d["selectivity"])]
-                 for n, d in e["vs_cost_0"].items()]
+        rows += [[f"{n} − {arm_name(result['costs'][0])}", diff_cell(d["retrieval_rate"]), diff_cell(d["f1"]),
+                  diff_cell(d["selectivity"])] for n, d in e["vs_cost_0"].items()]
         md += markdown_table(["paired", "Δretrieval rate", "ΔF1", "Δselectivity"], rows) + [""]
     return md
 
