@@ -31,8 +31,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results  # noqa: E402
-from ragrl.eval.report import load_trajectories  # noqa: E402
+from ragrl.eval.report import file_stem, load_trajectories  # noqa: E402
 from ragrl.eval.stats import ci_record, paired_record  # noqa: E402
+from ragrl.train.checkpoint import latest_checkpoint  # noqa: E402
 
 RECIPE, VARIANT = "smartrag_ppo", "tiny"
 COSTS = (0.0, 0.02, 0.05, 0.1)
@@ -125,7 +126,7 @@ def train_arms(root: Path, costs: list[float]) -> list[Path]:
         runs.append(run)
         if (run / "final_adapter").is_dir():
             continue
-        resume = ["--resume"] if (run / "checkpoints").is_dir() else []
+        resume = ["--resume"] if latest_checkpoint(run) is not None else []   # as `ragrl compare --train` decides
         ragrl("train", RECIPE, "--variant", VARIANT, "--set", f"model.init_adapter={sft / 'adapter'}",
               "--set", f"reward.smartrag.cost={cost}", "--set", "eval_every=40", "--set", f"out_dir={run}", *resume)
     return runs
@@ -141,9 +142,9 @@ def held_apart_searches(run: Path) -> float:
 
 
 def episodes(folder: Path, system: str) -> dict[str, dict]:
-    """{question id: metrics} of one system's answering episodes in a comparison folder."""
-    stem = system.replace(" (start)", "_start")
-    return {t.sample_id: t.metrics for t in load_trajectories(folder / f"trajectories_{stem}.jsonl")}
+    """{question id: metrics} of one system's answering episodes in a comparison folder (named as
+    `ragrl compare` names its files)."""
+    return {t.sample_id: t.metrics for t in load_trajectories(folder / f"trajectories_{file_stem(system)}.jsonl")}
 
 
 def retrieved(arm: dict, ids: list[str]) -> list[float]:

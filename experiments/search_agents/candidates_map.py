@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
@@ -64,7 +65,7 @@ def run_methods(results: Path) -> dict[str, str]:
     """run name -> method, from each run's committed config (`<run>_config.yaml`'s recipe name)."""
     out = {}
     for cfg in results.glob("*_config.yaml"):
-        name = next((line.split(":", 1)[1].strip() for line in cfg.read_text().splitlines() if line.startswith("name:")), None)
+        name = (yaml.safe_load(cfg.read_text()) or {}).get("name")
         if name in METHODS:
             out[cfg.name.removesuffix("_config.yaml")] = METHODS[name]
     return out
