@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -30,10 +28,11 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
+from experiments.ablations.common import compare, train_start_and_arms  # noqa: E402
+from ragrl.cli.console import setup_console  # noqa: E402
+from ragrl.compare.read import POOLED, episodes, question_sets  # noqa: E402
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results  # noqa: E402
-from ragrl.eval.report import file_stem, load_trajectories  # noqa: E402
 from ragrl.eval.stats import ci_record, paired_record  # noqa: E402
-from ragrl.train.checkpoint import latest_checkpoint  # noqa: E402
 
 RECIPE, VARIANT = "smartrag_ppo", "tiny"
 COSTS = (0.0, 0.02, 0.05, 0.1)
@@ -42,7 +41,9 @@ MARGIN_F1 = 2.0   # the rule's "equal accuracy": ΔF1's CI lower end at or above
 
 
 def arm_name(cost: float) -> str:
-    """>>> arm_name(0.0), arm_name(0.05)
+    """The arm's run folder name.
+
+    >>> arm_name(0.0), arm_name(0.05)
     ('cost_0', 'cost_0.05')
     """
     return f"cost_{cost:g}"
@@ -110,26 +111,12 @@ def selectivity_diff(a: list[float], b: list[float], pays: list[bool], draws) ->
             "p_value": (1.0 + float(np.sum(d <= 0))) / (1.0 + d.size), "n": len(pays)}
 
 
-def ragrl(*args: object) -> None:
-    """Run a ragrl command (the CLI beside this interpreter), failing loudly."""
-    subprocess.run([str(Path(sys.executable).with_name("ragrl")), *map(str, args)], check=True)
-
-
 def train_arms(root: Path, costs: list[float]) -> list[Path]:
     """The SFT start, then each arm; a finished one is skipped, a killed one resumed."""
-    sft = root / "sft"
-    if not (sft / "adapter" / "adapter_config.json").is_file():
-        ragrl("sft", RECIPE, "--variant", VARIANT, "--out", sft)
-    runs = []
-    for cost in costs:
-        run = root / arm_name(cost)
-        runs.append(run)
-        if (run / "final_adapter").is_dir():
-            continue
-        resume = ["--resume"] if latest_checkpoint(run) is not None else []   # as `ragrl compare --train` decides
-        ragrl("train", RECIPE, "--variant", VARIANT, "--set", f"model.init_adapter={sft / 'adapter'}",
-              "--set", f"reward.smartrag.cost={cost}", "--set", "eval_every=40", "--set", f"out_dir={run}", *resume)
-    return runs
+    sft = root / "sft" / "adapter"
+    arms = {arm_name(cost): (RECIPE, [f"model.init_adapter={sft}", f"reward.smartrag.cost={cost}", "eval_every=40"])
+            for cost in costs}
+    return train_start_and_arms(root, RECIPE, VARIANT, [], arms)
 
 
 def held_apart_searches(run: Path) -> float:
@@ -141,10 +128,9 @@ def held_apart_searches(run: Path) -> float:
     return evals[-1]
 
 
-def episodes(folder: Path, system: str) -> dict[str, dict]:
-    """{question id: metrics} of one system's answering episodes in a comparison folder (named as
-    `ragrl compare` names its files)."""
-    return {t.sample_id: t.metrics for t in load_trajectories(folder / f"trajectories_{file_stem(system)}.jsonl")}
+def metrics_of(folder: Path, system: str) -> dict[str, dict]:
+    """{question id: episode metrics} of one system in a comparison folder."""
+    return {i: t.metrics for i, t in episodes(folder, system).items()}
 
 
 def retrieved(arm: dict, ids: list[str]) -> list[float]:
@@ -186,15 +172,11 @@ def verdict(vs_cost0: dict[str, dict]) -> str:
 
 def ablation(folder: Path, costs: list[float]) -> dict:
     """The ablation's figures, per question set and pooled, from a `ragrl compare` folder."""
-    questions = [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
-    direct, naive = episodes(folder, "direct"), episodes(folder, "naive_rag")
+    direct, naive = metrics_of(folder, "direct"), metrics_of(folder, "naive_rag")
     names = [arm_name(c) for c in costs]
-    arms = {name: episodes(folder, name) for name in names}
-    start = episodes(folder, f"{names[0]} (start)")
-    sets: dict[str, list[str]] = {}
-    for q in questions:
-        sets.setdefault(q["dataset"], []).append(str(q["id"]))
-    sets["pooled"] = [str(q["id"]) for q in questions]
+    arms = {name: metrics_of(folder, name) for name in names}
+    start = metrics_of(folder, f"{names[0]} (start)")
+    sets = question_sets(folder)
     result = {"compare": str(folder), "costs": costs, "sets": {}}
     for set_name, ids in sets.items():
         pays = [direct[i]["f1"] == 0 and bool(naive[i].get("answer_shown")) for i in ids]
@@ -208,7 +190,7 @@ def ablation(folder: Path, costs: list[float]) -> dict:
                  "vs_cost_0": {n: paired_figures(arms[names[0]], a, ids, pays, draws)
                                for n, a in arms.items() if n != names[0]}}
         result["sets"][set_name] = entry
-    result["verdict"] = verdict(result["sets"]["pooled"]["vs_cost_0"])
+    result["verdict"] = verdict(result["sets"][POOLED]["vs_cost_0"])
     return result
 
 
@@ -254,16 +236,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("experiments/ablations/results/smartrag_cost"),
                     help="where to write <out>.json, <out>.md and <out>.png")
     args = ap.parse_args()
+    setup_console()   # the console `ragrl` shows: its own lines and bars, not the libraries'
     runs = train_arms(args.root, args.costs)
     searches = {c: held_apart_searches(r) for c, r in zip(args.costs, runs)}
     print("held-apart searches per question (smartrag-dev, first 100):", searches)
     extra = fifth_cost(searches)
     if extra is not None and extra not in args.costs:
         print(f"the rule asks for a fifth arm: run again with --costs {' '.join(f'{c:g}' for c in args.costs)} {extra:g}")
-    folder = args.root / "compare"
-    ragrl("compare", *runs, *[x for d in DATA for x in ("--data", d)], *(["--n", args.n] if args.n else []),
-          *[x for r in runs[1:] for x in ("--skip-start", r.name)], "--out", folder)
-    result = ablation(folder, args.costs)
+    result = ablation(compare(args.root / "compare", runs, DATA, args.n), args.costs)
     result["held_apart_searches"] = {arm_name(c): v for c, v in searches.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_results(args.out, result, markdown(result))

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ragrl.compare.read import episodes
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
 from ragrl.eval.stats import ci_record, paired_record
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.text import normalize_answer
 
-from experiments.search_agents.per_set import episodes, first_query, run_against_start_args
+from experiments.search_agents.per_set import first_query, run_against_start_args
 
 
 def mean_words(answers: list[str | None]) -> float | None:
@@ -79,7 +80,7 @@ def by_first_query(system: dict[str, Trajectory], runner_searches: int = 0) -> d
 
 
 def run_vs_start(folder: Path, run: str, runner_searches: int = 0) -> dict:
-    trained, start = episodes(folder, run), episodes(folder, f"{run}_start")
+    trained, start = episodes(folder, run), episodes(folder, f"{run} (start)")
     if set(trained) != set(start):
         raise SystemExit(f"{folder}: {run} and {run}_start answered different questions")
     return {"by_start_ending": by_start_ending(start, trained),

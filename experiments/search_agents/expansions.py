@@ -23,12 +23,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ragrl.compare.read import episodes
 from ragrl.eval.cells import ci_cell, markdown_table, write_results
 from ragrl.eval.stats import ci_record
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.text import normalize_answer
 
-from experiments.search_agents.per_set import episodes, run_against_start_args
+from experiments.search_agents.per_set import run_against_start_args
 
 GROUPS = ("adds no new word", "names an answer", "adds other words")
 
@@ -89,7 +90,7 @@ def expansions(system: dict[str, Trajectory]) -> dict:
 
 
 def run_and_start(folder: Path, run: str) -> dict:
-    return {"start": expansions(episodes(folder, f"{run}_start")), "run": expansions(episodes(folder, run))}
+    return {"start": expansions(episodes(folder, f"{run} (start)")), "run": expansions(episodes(folder, run))}
 
 
 def tables(result: dict) -> list[str]:

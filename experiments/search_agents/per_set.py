@@ -13,20 +13,14 @@ statistics are `ragrl.eval.stats`'s, the cells `ragrl.eval.cells`'s. Seconds on 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from ragrl.compare.read import episodes, question_sets
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results
-from ragrl.eval.report import load_trajectories
 from ragrl.eval.stats import ci_record, paired_record
 from ragrl.rollout.trajectory import Trajectory
 
 METRICS = ("f1", "answer_shown", "search_gain")
-
-
-def episodes(folder: Path, system: str) -> dict[str, Trajectory]:
-    """The comparison's answering episode of `system` for each question id (a question's last record)."""
-    return {t.sample_id: t for t in load_trajectories(folder / f"trajectories_{system}.jsonl")}
 
 
 def first_query(t: Trajectory) -> str | None:
@@ -38,15 +32,10 @@ def first_query(t: Trajectory) -> str | None:
 
 
 def per_set(folder: Path, run: str) -> dict:
-    questions = [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
     trained = {i: t.metrics for i, t in episodes(folder, run).items()}
-    start = {i: t.metrics for i, t in episodes(folder, f"{run}_start").items()}
-    sets: dict[str, list[str]] = {}
-    for q in questions:
-        sets.setdefault(q["dataset"], []).append(str(q["id"]))
-    sets["pooled"] = [str(q["id"]) for q in questions]
+    start = {i: t.metrics for i, t in episodes(folder, f"{run} (start)").items()}
     result = {}
-    for name, ids in sets.items():
+    for name, ids in question_sets(folder).items():
         entry = {"n": len(ids)}
         for metric in METRICS:
             pairs = [(start[i][metric], trained[i][metric]) for i in ids

@@ -2,7 +2,8 @@
 comparison can follow. Every recipe is loaded (and a typo refused) before the first one trains; a
 run already finished is skipped, one that was killed is resumed; each trains on its own recipe's
 `train/` data, and a recipe that starts from another's adapter (R1-Searcher's stage 2 from stage 1)
-starts from the run trained here.
+starts from the run trained here. An ablation trains named arms of one recipe that differ by their
+overrides (`plan_arms`) through the same loop (`train_runs`).
 """
 from __future__ import annotations
 
@@ -43,11 +44,19 @@ def plan_runs(recipes: list[str], root: Path, *, variant: str | None = "tiny",
     return plans
 
 
-def train_recipes(recipes: list[str], root: Path, *, minutes: float, variant: str | None = "tiny",
-                  overrides: list[str] = ()) -> list[Path]:
-    """Train each recipe to its fixed steps (`minutes`: a safety bound on RL alone, 0 none); returns the run folders."""
+def plan_arms(arms: dict[str, tuple[str, list[str]]], root: Path, *,
+              variant: str | None = None) -> list[tuple[str, TrainConfig]]:
+    """(name, resolved config) per named arm {name: (recipe, overrides)}: the recipe's `variant` with
+    the arm's own overrides, out_dir `root`/<name>. Every arm is resolved (a typo refused) before any trains."""
+    return [(name, load_train_config(recipe, [*overrides, f"out_dir={root / name}"], variant))
+            for name, (recipe, overrides) in arms.items()]
+
+
+def train_runs(plans: list[tuple[str, TrainConfig]], *, minutes: float = 0) -> list[Path]:
+    """Train each planned run to its fixed steps, in order (`minutes`: a safety bound on each run's RL
+    alone, 0 none); a finished run is skipped, a killed one resumed. Returns the run folders."""
     dirs = []
-    for name, cfg in plan_runs(recipes, root, variant=variant, overrides=overrides):
+    for name, cfg in plans:
         run_dir = Path(cfg.out_dir)
         dirs.append(run_dir)
         if (run_dir / f"final_{_artifact_kind(cfg)}").is_dir():   # written last, when a run ends
@@ -58,3 +67,9 @@ def train_recipes(recipes: list[str], root: Path, *, minutes: float, variant: st
         log.info("%s: %s into %s (RL safety bound %.1f min)", name, "resuming" if resume else "training", run_dir, minutes)
         run_recipe(cfg, resume=resume, time_budget_s=minutes * 60 or None)
     return dirs
+
+
+def train_recipes(recipes: list[str], root: Path, *, minutes: float, variant: str | None = "tiny",
+                  overrides: list[str] = ()) -> list[Path]:
+    """Train each recipe to its fixed steps (`minutes`: a safety bound on RL alone, 0 none); returns the run folders."""
+    return train_runs(plan_runs(recipes, root, variant=variant, overrides=overrides), minutes=minutes)

@@ -37,19 +37,21 @@ def ci_cell(m: dict | Sequence[float] | None, fmt: str = ".1f", *, signed: bool 
     return f"{m['mean']:{f}} [{m['ci_lo']:{f}}, {m['ci_hi']:{f}}]"
 
 
-def diff_cell(d: dict | None, *, with_p: bool = False) -> str:
-    """A paired difference (`paired_record`): the mean with its CI, and its p-value with `with_p`;
-    a record without a CI shows its mean alone; "n/a" for none.
+def diff_cell(d: dict | None, *, fmt: str = ".1f", with_p: bool = False) -> str:
+    """A paired difference (`paired_record`): the mean with its CI (`fmt`, signed), and its p-value
+    with `with_p`; a record without a CI shows its mean alone; "n/a" for none.
 
     >>> d = {"diff": -4.56, "ci_lo": -10.0, "ci_hi": 1.23, "p_value": 0.5, "n": 80}
     >>> diff_cell(d), diff_cell(d, with_p=True), diff_cell({"diff": 2.0}), diff_cell(None)
     ('-4.6 [-10.0, +1.2]', '-4.6 [-10.0, +1.2], p 0.500', '+2.0', 'n/a')
+    >>> diff_cell({"diff": -0.125, "ci_lo": -0.2, "ci_hi": -0.05}, fmt=".2f")
+    '-0.12 [-0.20, -0.05]'
     """
     if d is None:
         return "n/a"
-    text = f"{d['diff']:+.1f}"
+    text = f"{d['diff']:+{fmt}}"
     if "ci_lo" in d:
-        text += f" [{d['ci_lo']:+.1f}, {d['ci_hi']:+.1f}]"
+        text += f" [{d['ci_lo']:+{fmt}}, {d['ci_hi']:+{fmt}}]"
     return text + (f", p {format_p(d.get('p_value'))}" if with_p else "")
 
 
