@@ -8,6 +8,7 @@ experiments/README.md fixes each one before the runs.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ragrl.cli.console import setup_console
 from ragrl.compare.read import episodes, question_sets
 from ragrl.compare.train_runs import plan_arms, train_runs
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table
@@ -94,6 +96,34 @@ def ablation_table(folder: Path, systems: dict[str, str], axes: dict[str, Axis],
     return {"compare": str(folder), "sets": sets}
 
 
+def claim_label(treated: str, control: str) -> str:
+    return f"{treated} − {control}"
+
+
+def pair_table(folder: Path, treated: str, control: str, axes: dict[str, Axis]) -> dict:
+    """`ablation_table` of a pair of arms from one start (`treated` the comparison's first run, whose
+    start it evaluates): direct, naive RAG, the start and both arms; each arm − the start, and
+    treated − control (the claim's figure, under `claim_label`)."""
+    systems = {"direct": "direct", "naive RAG": "naive_rag", "SFT start": f"{treated} (start)", treated: treated,
+               control: control}
+    pairs = {f"{treated} − SFT start": ("SFT start", treated), f"{control} − SFT start": ("SFT start", control),
+             claim_label(treated, control): (control, treated)}
+    return ablation_table(folder, systems, axes, pairs)
+
+
+def ablation_args(doc: str, root: str, out: str) -> argparse.Namespace:
+    """A pair script's command line (--root, --n, --out), and the console `ragrl` shows: its own lines and
+    bars, not the libraries'."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=Path(root), help="where the start and arms train")
+    ap.add_argument("--n", type=int, help="the first N questions of each held-out file (default: all)")
+    ap.add_argument("--out", type=Path, default=Path(out), help="where to write <out>.json and <out>.md (and a plot)")
+    args = ap.parse_args()
+    setup_console()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    return args
+
+
 def either_axis_verdict(claim: dict[str, dict | None]) -> str:
     """A claim on two axes: reproduced in direction if one has its CI above 0 and none below; not
     reproduced if one is below and none above; no clear difference otherwise (an axis measured on no
@@ -114,6 +144,16 @@ def either_axis_verdict(claim: dict[str, dict | None]) -> str:
     if below and not above:
         return "not reproduced"
     return "no clear difference"
+
+
+def pair_markdown(title: str, claim: str, result: dict, axes: dict[str, Axis], held_apart_questions: str) -> list[str]:
+    """A pair's report: the title, the verdict on `claim`, the held-apart curve (if the result has one) and
+    the tables."""
+    md = [f"# {title} (issue #58)", "",
+          f"Comparison folder: `{result['compare']}`. Verdict (the rule's, pooled {claim}): **{result['verdict']}**.", ""]
+    if result.get("held_apart"):
+        md += [f"Held-apart ({held_apart_questions}) at each step:", "", *held_apart_markdown(result["held_apart"]), ""]
+    return md + table_markdown(result, axes)
 
 
 def table_markdown(result: dict, axes: dict[str, Axis]) -> list[str]:

@@ -15,20 +15,17 @@ reused and a killed one resumed.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from experiments.ablations.common import (F1, MULTIHOP_EVAL, Axis, ablation_table, compare, either_axis_verdict,
-                                          held_apart, held_apart_markdown, table_markdown, train_start_and_arms)
-from ragrl.cli.console import setup_console
+from experiments.ablations.common import (F1, MULTIHOP_EVAL, Axis, ablation_args, claim_label, compare,
+                                          either_axis_verdict, held_apart, pair_markdown, pair_table, train_start_and_arms)
 from ragrl.compare.read import POOLED
 from ragrl.eval.cells import write_results
 from ragrl.methods.mmoa.protocol import selector_f1
 
 RECIPE, VARIANT = "mmoa_mappo", "learn"
 JOINT, GENERATOR = "joint", "generator_only"
-START = f"{JOINT} (start)"
-CLAIM = f"{JOINT} − {GENERATOR}"
+CLAIM = claim_label(JOINT, GENERATOR)
 SELECTOR_F1 = Axis("selector F1", lambda t: selector_f1(t.metrics) if t.metrics.get("selector_precision") is not None
                    else None)
 AXES = {"f1": F1, "selector_f1": SELECTOR_F1}
@@ -42,30 +39,18 @@ def arms(root: Path) -> dict[str, tuple[str, list[str]]]:
 
 def ablation(folder: Path) -> dict:
     """The ablation's figures, per question set and pooled, from the `ragrl compare` folder, and the verdict."""
-    systems = {"direct": "direct", "naive RAG": "naive_rag", "SFT start": START, JOINT: JOINT, GENERATOR: GENERATOR}
-    pairs = {f"{JOINT} − SFT start": ("SFT start", JOINT), f"{GENERATOR} − SFT start": ("SFT start", GENERATOR),
-             CLAIM: (GENERATOR, JOINT)}
-    result = ablation_table(folder, systems, AXES, pairs)
+    result = pair_table(folder, JOINT, GENERATOR, AXES)
     result["verdict"] = either_axis_verdict(result["sets"][POOLED]["paired"][CLAIM])
     return result
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", type=Path, default=Path("runs/abl/mmoa_joint"), help="where the start and arms train")
-    ap.add_argument("--n", type=int, help="the first N questions of each held-out file (default: all)")
-    ap.add_argument("--out", type=Path, default=Path("experiments/ablations/results/mmoa_joint"),
-                    help="where to write <out>.json and <out>.md")
-    args = ap.parse_args()
-    setup_console()   # the console `ragrl` shows: its own lines and bars, not the libraries'
+    args = ablation_args(__doc__, "runs/abl/mmoa_joint", "experiments/ablations/results/mmoa_joint")
     runs = train_start_and_arms(args.root, RECIPE, VARIANT, [], arms(args.root))
     result = ablation(compare(args.root / "compare", runs, MULTIHOP_EVAL, args.n))
     result["held_apart"] = {run.name: held_apart(run, ("f1", "selector_f1")) for run in runs}
-    md = ["# MMOA-RAG's joint training, ablated (issue #58)", "",
-          f"Comparison folder: `{result['compare']}`. Verdict (the rule's, pooled {CLAIM}): **{result['verdict']}**.", "",
-          "Held-apart (`pool-dev`, first 50):", "", *held_apart_markdown(result["held_apart"]), ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_results(args.out, result, md + table_markdown(result, AXES))
+    write_results(args.out, result, pair_markdown("MMOA-RAG's joint training, ablated", CLAIM, result, AXES,
+                                                  "`pool-dev`, first 50"))
 
 
 if __name__ == "__main__":

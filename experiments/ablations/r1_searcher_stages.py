@@ -18,7 +18,6 @@ a killed one resumed, so the command can be run again.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import matplotlib
@@ -26,16 +25,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from experiments.ablations.common import (F1, FORMAT_ERRORS, MULTIHOP_EVAL, SEARCH_GAIN, SEARCHES,  # noqa: E402
-                                          ablation_table, compare, either_axis_verdict, held_apart,
-                                          held_apart_markdown, table_markdown, train_start_and_arms)
-from ragrl.cli.console import setup_console  # noqa: E402
+                                          ablation_args, claim_label, compare, either_axis_verdict, held_apart,
+                                          pair_markdown, pair_table, train_start_and_arms)
 from ragrl.compare.read import POOLED  # noqa: E402
 from ragrl.eval.cells import write_results  # noqa: E402
 
 VARIANT, STAGE_STEPS = "learn", 20
 STAGE1, TWO, ALONE = "two_stages_stage1", "two_stages", "stage2_alone"
-START = f"{TWO} (start)"   # the SFT adapter both arms began from; compare names it after the first run
-CLAIM = f"{TWO} − {ALONE}"
+CLAIM = claim_label(TWO, ALONE)
 # The paper's rewards in place of `learn`'s (which adds search_gain to both stages), a free first action
 # in place of `learn`'s forced search: why, in the rule. The evaluations add held-apart figures only.
 STAGE1_REWARD, STAGE2_REWARD = "reward={r1_searcher_stage1: 1.0}", "reward={r1_searcher_stage2: 1.0}"
@@ -63,22 +60,9 @@ def train(root: Path) -> list[Path]:
 
 def ablation(folder: Path) -> dict:
     """The ablation's figures, per question set and pooled, from the `ragrl compare` folder, and the verdict."""
-    systems = {"direct": "direct", "naive RAG": "naive_rag", "SFT start": START, TWO: TWO, ALONE: ALONE}
-    pairs = {f"{TWO} − SFT start": ("SFT start", TWO), f"{ALONE} − SFT start": ("SFT start", ALONE),
-             CLAIM: (ALONE, TWO)}
-    result = ablation_table(folder, systems, AXES, pairs)
+    result = pair_table(folder, TWO, ALONE, AXES)
     result["verdict"] = either_axis_verdict({k: result["sets"][POOLED]["paired"][CLAIM][k] for k in CLAIM_AXES})
     return result
-
-
-def markdown(result: dict) -> list[str]:
-    md = ["# R1-Searcher's two stages, ablated (issue #58)", "",
-          f"Comparison folder: `{result['compare']}`. Verdict (the rule's, pooled {CLAIM}, on F1 and search "
-          f"gain): **{result['verdict']}**.", ""]
-    if result.get("held_apart"):
-        md += ["Held-apart (`pool-dev`, first 100) at each total step:", ""]
-        md += held_apart_markdown(result["held_apart"]) + [""]
-    return md + table_markdown(result, AXES)
 
 
 def claim_plot(result: dict, path: Path) -> None:
@@ -101,19 +85,13 @@ def claim_plot(result: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", type=Path, default=Path("runs/abl/r1_searcher_stages"), help="where the start and arms train")
-    ap.add_argument("--n", type=int, help="the first N questions of each held-out file (default: all)")
-    ap.add_argument("--out", type=Path, default=Path("experiments/ablations/results/r1_searcher_stages"),
-                    help="where to write <out>.json, <out>.md and <out>.png")
-    args = ap.parse_args()
-    setup_console()   # the console `ragrl` shows: its own lines and bars, not the libraries'
+    args = ablation_args(__doc__, "runs/abl/r1_searcher_stages", "experiments/ablations/results/r1_searcher_stages")
     stage1, two, alone = train(args.root)
     result = ablation(compare(args.root / "compare", [two, alone], MULTIHOP_EVAL, args.n))
     result["held_apart"] = {TWO: {**held_apart(stage1), **{STAGE_STEPS + s: v for s, v in held_apart(two).items()}},
                             ALONE: held_apart(alone)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_results(args.out, result, markdown(result))
+    write_results(args.out, result, pair_markdown("R1-Searcher's two stages, ablated", CLAIM, result, AXES,
+                                                  "`pool-dev`, first 100; the step counts both stages"))
     claim_plot(result, args.out.with_suffix(".png"))
 
 

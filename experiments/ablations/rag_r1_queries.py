@@ -14,20 +14,17 @@ verdict the rule fixed before the runs. A finished run is reused and a killed on
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from experiments.ablations.common import (F1, FORMAT_ERRORS, MULTIHOP_EVAL, SEARCH_GAIN, SEARCHES, Axis,
-                                          ablation_table, compare, held_apart, held_apart_markdown, table_markdown,
+                                          ablation_args, claim_label, compare, held_apart, pair_markdown, pair_table,
                                           train_start_and_arms)
-from ragrl.cli.console import setup_console
 from ragrl.compare.read import POOLED
 from ragrl.eval.cells import write_results
 
 RECIPE, VARIANT = "rag_r1_ppo", "learn"
 MULTI, SINGLE = "three_queries", "one_query"
-START = f"{MULTI} (start)"
-CLAIM = f"{MULTI} − {SINGLE}"
+CLAIM = claim_label(MULTI, SINGLE)
 COMMON = ("eval_every=20", "eval_start=false", "sft.steps=0")
 SEARCH_GAIN_MARGIN = 2.0   # the rule's "equal or better search gain": Δ's CI lower end at or above -2 points
 AXES = {"searches": SEARCHES,
@@ -65,30 +62,18 @@ def verdict(claim: dict[str, dict | None]) -> str:
 
 def ablation(folder: Path) -> dict:
     """The ablation's figures, per question set and pooled, from the `ragrl compare` folder, and the verdict."""
-    systems = {"direct": "direct", "naive RAG": "naive_rag", "SFT start": START, MULTI: MULTI, SINGLE: SINGLE}
-    pairs = {f"{MULTI} − SFT start": ("SFT start", MULTI), f"{SINGLE} − SFT start": ("SFT start", SINGLE),
-             CLAIM: (SINGLE, MULTI)}
-    result = ablation_table(folder, systems, AXES, pairs)
+    result = pair_table(folder, MULTI, SINGLE, AXES)
     result["verdict"] = verdict(result["sets"][POOLED]["paired"][CLAIM])
     return result
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", type=Path, default=Path("runs/abl/rag_r1_queries"), help="where the start and arms train")
-    ap.add_argument("--n", type=int, help="the first N questions of each held-out file (default: all)")
-    ap.add_argument("--out", type=Path, default=Path("experiments/ablations/results/rag_r1_queries"),
-                    help="where to write <out>.json and <out>.md")
-    args = ap.parse_args()
-    setup_console()   # the console `ragrl` shows: its own lines and bars, not the libraries'
+    args = ablation_args(__doc__, "runs/abl/rag_r1_queries", "experiments/ablations/results/rag_r1_queries")
     runs = train_start_and_arms(args.root, RECIPE, VARIANT, [], arms(args.root))
     result = ablation(compare(args.root / "compare", runs, MULTIHOP_EVAL, args.n))
     result["held_apart"] = {run.name: held_apart(run) for run in runs}
-    md = ["# RAG-R1's several queries a search, ablated (issue #58)", "",
-          f"Comparison folder: `{result['compare']}`. Verdict (the rule's, pooled {CLAIM}): **{result['verdict']}**.", "",
-          "Held-apart (`pool-dev`, first 100):", "", *held_apart_markdown(result["held_apart"]), ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_results(args.out, result, md + table_markdown(result, AXES))
+    write_results(args.out, result, pair_markdown("RAG-R1's several queries a search, ablated", CLAIM, result, AXES,
+                                                  "`pool-dev`, first 100"))
 
 
 if __name__ == "__main__":
