@@ -9,7 +9,6 @@ experiments/README.md fixes each one before the runs.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from ragrl.compare.train_runs import plan_arms, train_runs
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table
 from ragrl.eval.stats import ci_record, paired_record
 from ragrl.rollout.trajectory import Trajectory
+from ragrl.train.run_dir import read_metrics
 
 # The leaderboard's multi-hop questions (803): all of each file.
 MULTIHOP_EVAL = ("kit:eval/hotpotqa_dev.jsonl.gz", "kit:eval/2wikimultihopqa_dev.jsonl.gz",
@@ -171,8 +171,8 @@ def table_markdown(result: dict, axes: dict[str, Axis]) -> list[str]:
 
 def held_apart(run: Path, keys: tuple[str, ...] = ("f1", "search_gain", "searches", "format_error_rate")) -> dict[int, dict]:
     """A run's held-apart evaluations from its metrics.jsonl: {step (1-based): {key: eval/<key>}}."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {r["step"] + 1: {k: r.get(f"eval/{k}") for k in keys} for r in rows if any(f"eval/{k}" in r for k in keys)}
+    return {r["step"] + 1: {k: r.get(f"eval/{k}") for k in keys}
+            for r in read_metrics(run) if any(f"eval/{k}" in r for k in keys)}
 
 
 def held_apart_markdown(curves: dict[str, dict[int, dict]]) -> list[str]:

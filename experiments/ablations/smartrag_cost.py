@@ -20,7 +20,6 @@ cost, if any, is passed with --costs.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +27,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-from experiments.ablations.common import compare, train_start_and_arms  # noqa: E402
+from experiments.ablations.common import compare, held_apart, train_start_and_arms  # noqa: E402
 from ragrl.cli.console import setup_console  # noqa: E402
 from ragrl.compare.read import POOLED, episodes, question_sets  # noqa: E402
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results  # noqa: E402
@@ -121,11 +120,10 @@ def train_arms(root: Path, costs: list[float]) -> list[Path]:
 
 def held_apart_searches(run: Path) -> float:
     """The arm's last held-apart `eval/searches` (the rule's test for a fifth cost)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = [r["eval/searches"] for r in rows if "eval/searches" in r]
+    evals = held_apart(run, ("searches",))
     if not evals:
         raise SystemExit(f"{run}/metrics.jsonl has no eval/searches: was it trained with eval_every=40?")
-    return evals[-1]
+    return evals[max(evals)]["searches"]
 
 
 def metrics_of(folder: Path, system: str) -> dict[str, dict]:
