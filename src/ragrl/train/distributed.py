@@ -82,12 +82,15 @@ def barrier() -> None:
         dist.barrier()
 
 
-def close_distributed(*, ok: bool = True) -> None:
+def close_distributed(*, ok: bool = True, rank_lost: bool = False) -> None:
     """Leave the process group, if one was joined: wait for every rank when the run ended
     well, then destroy the group. Without this, gloo's worker threads can still be running
     when the interpreter exits, and a rank aborts ("terminate called without an active
-    exception") after all its work is done, failing the launch."""
-    if not (dist.is_available() and dist.is_initialized()):
+    exception") after all its work is done, failing the launch. After a lost rank
+    (`rank_lost`, ragrl.errors.RankLost) the group is left as it is: a collective of it timed
+    out, and tearing it down can abort the process (SIGABRT) before its error is reported;
+    the CLI leaves such a process without the interpreter's teardown (ragrl.cli.main)."""
+    if not (dist.is_available() and dist.is_initialized()) or rank_lost:
         return
     if ok:
         dist.barrier()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from ragrl.errors import ConfigError
+from ragrl.errors import ConfigError, RankLost
 from ragrl.methods.base import METHODS, SFT_BUILDERS
 from ragrl.policy.lm_model import build_policy, freeze_reference
 from ragrl.train.check import check_combinations
@@ -146,12 +146,15 @@ def run_recipe(cfg: TrainConfig, *, resume: bool = False, time_budget_s: float |
         cfg.model.init_adapter = str(sft_adapter)
     started = time.perf_counter()
     trainer = Trainer(cfg, retriever=retriever)
-    ok = False
+    ok = rank_lost = False
     try:
         trainer.train(resume=resume, time_budget_s=time_budget_s)
         ok = True
+    except RankLost:
+        rank_lost = True
+        raise
     finally:
         if dist_info()[0] == 0:   # what a report says this run cost: a killed stage's time counts too
             record_stage(run_dir, "rl", time.perf_counter() - started)
-        close_distributed(ok=ok)
+        close_distributed(ok=ok, rank_lost=rank_lost)
     return run_dir
