@@ -64,6 +64,20 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str) -
     close_distributed()   # without a group: nothing to do
 
 
+def _lost_rank_main(rank: int, world: int, port: int) -> None:
+    join_group(rank, world, port)
+    close_distributed(ok=False, rank_lost=True)   # a peer was lost: the broken group is left alone
+    assert dist.is_initialized()
+    close_distributed(ok=False)                    # any other failure still destroys it
+    assert not dist.is_initialized()
+
+
+def test_a_lost_rank_leaves_its_process_group_undestroyed():
+    """Destroying a group whose collective timed out can abort the process (SIGABRT) before its
+    RankLost is reported; the end-to-end check is test_rank_watch's hung-rank test (exit 69)."""
+    mp.spawn(_lost_rank_main, args=(2, free_port()), nprocs=2, join=True)
+
+
 def test_two_ranks_take_the_same_step_as_one_process(tiny_model_dir, tmp_path):
     mp.spawn(_rank_main, args=(2, free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2, join=True)
     init = [p.detach().clone() for p in params_of(policy(tiny_model_dir)[0])]
