@@ -9,6 +9,7 @@ experiments/README.md fixes each one before the runs.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -49,6 +50,20 @@ def compare(folder: Path, runs: list[Path], data: tuple[str, ...], n: int | None
     ragrl("compare", *runs, *[x for d in data for x in ("--data", d)], *(["--n", n] if n else []),
           *[x for r in runs[1:] for x in ("--skip-start", r.name)], "--out", folder)
     return folder
+
+
+def keep_run_files(out: Path, folder: Path, runs: dict[str, Path]) -> list[Path]:
+    """Copy what the results cite beside `out` (runs/ is not committed): the comparison's own table,
+    `<out>_compare.{md,json}`, and each run's resolved config and metrics, `<out>_<name>_{config.yaml,
+    metrics.jsonl}` for `runs` {name: run folder}. Returns the files written."""
+    named = [(folder / f"compare{x}", f"compare{x}") for x in (".md", ".json")]
+    named += [(run / f, f"{name}_{f}") for name, run in runs.items() for f in ("config.yaml", "metrics.jsonl")]
+    written = []
+    for src, name in named:
+        dest = out.with_name(f"{out.name}_{name}")
+        shutil.copyfile(src, dest)
+        written.append(dest)
+    return written
 
 
 @dataclass(frozen=True)

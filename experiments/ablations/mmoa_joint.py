@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.ablations.common import (F1, MULTIHOP_EVAL, Axis, ablation_args, claim_label, compare,
-                                          either_axis_verdict, held_apart, pair_markdown, pair_table, train_start_and_arms)
+                                          either_axis_verdict, held_apart, keep_run_files, pair_markdown, pair_table,
+                                          train_start_and_arms)
 from ragrl.compare.read import POOLED
 from ragrl.eval.cells import write_results
 from ragrl.methods.mmoa.protocol import selector_f1
@@ -47,10 +48,12 @@ def ablation(folder: Path) -> dict:
 def main() -> None:
     args = ablation_args(__doc__, "runs/abl/mmoa_joint", "experiments/ablations/results/mmoa_joint")
     runs = train_start_and_arms(args.root, RECIPE, VARIANT, [], arms(args.root))
-    result = ablation(compare(args.root / "compare", runs, MULTIHOP_EVAL, args.n))
+    folder = compare(args.root / "compare", runs, MULTIHOP_EVAL, args.n)
+    result = ablation(folder)
     result["held_apart"] = {run.name: held_apart(run, ("f1", "selector_f1")) for run in runs}
     write_results(args.out, result, pair_markdown("MMOA-RAG's joint training, ablated", CLAIM, result, AXES,
                                                   "`pool-dev`, first 50"))
+    keep_run_files(args.out, folder, {run.name: run for run in runs})
 
 
 if __name__ == "__main__":

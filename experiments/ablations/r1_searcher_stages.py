@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from experiments.ablations.common import (F1, FORMAT_ERRORS, MULTIHOP_EVAL, SEARCH_GAIN, SEARCHES,  # noqa: E402
                                           ablation_args, claim_label, compare, either_axis_verdict, held_apart,
-                                          pair_markdown, pair_table, train_start_and_arms)
+                                          keep_run_files, pair_markdown, pair_table, train_start_and_arms)
 from ragrl.compare.read import POOLED  # noqa: E402
 from ragrl.eval.cells import write_results  # noqa: E402
 
@@ -87,12 +87,14 @@ def claim_plot(result: dict, path: Path) -> None:
 def main() -> None:
     args = ablation_args(__doc__, "runs/abl/r1_searcher_stages", "experiments/ablations/results/r1_searcher_stages")
     stage1, two, alone = train(args.root)
-    result = ablation(compare(args.root / "compare", [two, alone], MULTIHOP_EVAL, args.n))
+    folder = compare(args.root / "compare", [two, alone], MULTIHOP_EVAL, args.n)
+    result = ablation(folder)
     result["held_apart"] = {TWO: {**held_apart(stage1), **{STAGE_STEPS + s: v for s, v in held_apart(two).items()}},
                             ALONE: held_apart(alone)}
     write_results(args.out, result, pair_markdown("R1-Searcher's two stages, ablated", CLAIM, result, AXES,
                                                   "`pool-dev`, first 100; the step counts both stages"))
     claim_plot(result, args.out.with_suffix(".png"))
+    keep_run_files(args.out, folder, {run.name: run for run in (stage1, two, alone)})
 
 
 if __name__ == "__main__":

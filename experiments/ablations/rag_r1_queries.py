@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.ablations.common import (F1, FORMAT_ERRORS, MULTIHOP_EVAL, SEARCH_GAIN, SEARCHES, Axis,
-                                          ablation_args, claim_label, compare, held_apart, pair_markdown, pair_table,
-                                          train_start_and_arms)
+                                          ablation_args, claim_label, compare, held_apart, keep_run_files, pair_markdown,
+                                          pair_table, train_start_and_arms)
 from ragrl.compare.read import POOLED
 from ragrl.eval.cells import write_results
 
@@ -70,10 +70,12 @@ def ablation(folder: Path) -> dict:
 def main() -> None:
     args = ablation_args(__doc__, "runs/abl/rag_r1_queries", "experiments/ablations/results/rag_r1_queries")
     runs = train_start_and_arms(args.root, RECIPE, VARIANT, [], arms(args.root))
-    result = ablation(compare(args.root / "compare", runs, MULTIHOP_EVAL, args.n))
+    folder = compare(args.root / "compare", runs, MULTIHOP_EVAL, args.n)
+    result = ablation(folder)
     result["held_apart"] = {run.name: held_apart(run) for run in runs}
     write_results(args.out, result, pair_markdown("RAG-R1's several queries a search, ablated", CLAIM, result, AXES,
                                                   "`pool-dev`, first 100"))
+    keep_run_files(args.out, folder, {run.name: run for run in runs})
 
 
 if __name__ == "__main__":

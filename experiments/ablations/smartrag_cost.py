@@ -27,7 +27,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-from experiments.ablations.common import compare, held_apart, train_start_and_arms  # noqa: E402
+from experiments.ablations.common import compare, held_apart, keep_run_files, train_start_and_arms  # noqa: E402
 from ragrl.cli.console import setup_console  # noqa: E402
 from ragrl.compare.read import POOLED, episodes, question_sets  # noqa: E402
 from ragrl.eval.cells import ci_cell, diff_cell, markdown_table, write_results  # noqa: E402
@@ -241,11 +241,13 @@ def main() -> None:
     extra = fifth_cost(searches)
     if extra is not None and extra not in args.costs:
         print(f"the rule asks for a fifth arm: run again with --costs {' '.join(f'{c:g}' for c in args.costs)} {extra:g}")
-    result = ablation(compare(args.root / "compare", runs, DATA, args.n), args.costs)
+    folder = compare(args.root / "compare", runs, DATA, args.n)
+    result = ablation(folder, args.costs)
     result["held_apart_searches"] = {arm_name(c): v for c, v in searches.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_results(args.out, result, markdown(result))
     frontier_plot(result, args.out.with_suffix(".png"))
+    keep_run_files(args.out, folder, {f"{c:g}": run for c, run in zip(args.costs, runs)})
 
 
 if __name__ == "__main__":

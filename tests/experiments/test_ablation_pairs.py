@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from experiments.ablations import mmoa_joint, rag_r1_queries
-from experiments.ablations.common import SEARCH_GAIN, axis_diff, axis_record, held_apart_markdown
+from experiments.ablations.common import SEARCH_GAIN, axis_diff, axis_record, held_apart_markdown, keep_run_files
 from ragrl.compare.train_runs import plan_arms
 from ragrl.eval.report import write_trajectories
 from ragrl.rollout.trajectory import Trajectory, Turn
@@ -92,3 +92,26 @@ def test_an_axis_no_episode_has_is_none_not_zero():
     assert axis_record(eps, ["q0", "q1"], SEARCH_GAIN) is None
     assert axis_diff(eps, eps, ["q0", "q1"], SEARCH_GAIN) is None
     assert held_apart_markdown({"a": {20: {"f1": 7.0, "search_gain": None}}})[-1] == "| a | 20 | 7.00 | n/a |"
+
+
+def test_the_files_the_results_cite_are_copied_beside_them_and_a_missing_one_fails(tmp_path):
+    folder, out = tmp_path / "compare", tmp_path / "results" / "pair"
+    folder.mkdir()
+    out.parent.mkdir()
+    (folder / "compare.md").write_text("| table |")
+    (folder / "compare.json").write_text("{}")
+    runs = {}
+    for name in ("a", "b"):
+        runs[name] = tmp_path / f"run_{name}"
+        runs[name].mkdir()
+        (runs[name] / "config.yaml").write_text(f"out_dir: {name}\n")
+        (runs[name] / "metrics.jsonl").write_text(f'{{"step": 1, "arm": "{name}"}}\n')
+    written = keep_run_files(out, folder, runs)
+    assert sorted(p.name for p in written) == sorted(p.name for p in out.parent.iterdir()) == [
+        "pair_a_config.yaml", "pair_a_metrics.jsonl", "pair_b_config.yaml", "pair_b_metrics.jsonl",
+        "pair_compare.json", "pair_compare.md"]
+    assert (out.parent / "pair_b_config.yaml").read_text() == "out_dir: b\n"   # each run's own file
+    assert (out.parent / "pair_compare.md").read_text() == "| table |"
+    (runs["b"] / "metrics.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        keep_run_files(out, folder, runs)
