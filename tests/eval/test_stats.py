@@ -83,6 +83,7 @@ def test_summary_hand_computed():
     for k in ("em", "f1", "cover_em"):
         assert 0.0 <= s[k]["ci_lo"] <= s[k]["mean"] <= s[k]["ci_hi"] <= 100.0
     assert s["searches_per_q"] == 1.0
+    assert s["retrieval_rate"] == 0.75   # c never searched
     assert s["turns_per_q"] == 2.0
     assert s["tokens_per_q"] == (10 + 20 + 6 + 30) / 4
     assert s["format_error_rate"] == 0.5

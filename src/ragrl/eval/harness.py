@@ -152,16 +152,18 @@ def agent_metrics(engine: Engine, retriever: Retriever | None, agent: str, rollo
                   samples: list[dict], seed: int, per_question: bool = False,
                   extra_metrics: Callable[[list], dict] | None = None, settings: Any = None) -> dict:
     """Greedy held-out metrics of an agent (what training's periodic evaluation logs): EM, F1 and
-    cover-EM in percent with 95% CIs, searches and format errors per question, and whatever
-    `extra_metrics(trajectories)` adds (a method's own, e.g. MMOA-RAG's selector F1). `settings`:
-    its runner's own (EvalConfig.runner_settings)."""
+    cover-EM in percent with 95% CIs, searches per question, the share of questions that searched
+    (retrieval_rate) and the share with format errors, and whatever `extra_metrics(trajectories)`
+    adds (a method's own, e.g. MMOA-RAG's selector F1). `settings`: its runner's own
+    (EvalConfig.runner_settings)."""
     ecfg = EvalConfig(agent=agent, systems=["agent"], n=len(samples), seed=seed, topk=rollout.topk,
                       rollout=replace(rollout, temperature=0.0, n=1), runner_settings=settings)
     res = evaluate(engine, retriever, samples, ecfg)[agent]
     s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
     out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
            for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
-    out.update(searches=s["searches_per_q"], format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
+    out.update(searches=s["searches_per_q"], retrieval_rate=s["retrieval_rate"], format_error_rate=s["format_error_rate"],
+               wall_s=res["wall_s"])
     for key in SEARCH_METRICS:   # where evaluate() measured them (eval/search_gain.py)
         if key in s:
             out.update({key: s[key]["mean"], f"{key}_lo": s[key]["ci_lo"], f"{key}_hi": s[key]["ci_hi"]})

@@ -168,7 +168,8 @@ def summarize(
     """One system's numbers over its trajectories (one per question).
 
     em / f1 / cover_em: `ci_record`s, {"mean", "ci_lo", "ci_hi", "n"} in percent (0-100).
-    format_error_rate and answer_rate are fractions (0-1); *_per_q are means per trajectory.
+    format_error_rate, answer_rate and retrieval_rate (a question searched at least once) are
+    fractions (0-1); *_per_q are means per trajectory.
     With per_question=True the summary also carries {sample_id: {metric: score in 0-1}}
     so that compare_report can pair systems question by question.
     """
@@ -180,6 +181,7 @@ def summarize(
         summary[key] = ci_record([_metric(t, key) for t in trajs], n_boot=n_boot, alpha=alpha, seed=seed)
     n = len(trajs)
     summary["searches_per_q"] = sum(t.num_searches for t in trajs) / n
+    summary["retrieval_rate"] = sum(t.num_searches > 0 for t in trajs) / n
     summary["turns_per_q"] = sum(t.num_turns for t in trajs) / n
     summary["tokens_per_q"] = sum(gen_tokens(t) for t in trajs) / n
     summary["format_error_rate"] = sum(t.format_errors > 0 for t in trajs) / n
