@@ -162,8 +162,8 @@ def agent_metrics(engine: Engine, retriever: Retriever | None, agent: str, rollo
     s = summarize(res["trajectories"], res["wall_s"], per_question=per_question)
     out = {f"{k}{suffix}": s[k][key] for k in ("em", "f1", "cover_em")
            for suffix, key in (("", "mean"), ("_lo", "ci_lo"), ("_hi", "ci_hi"))}
-    out.update(searches=s["searches_per_q"], retrieval_rate=s["retrieval_rate"], format_error_rate=s["format_error_rate"],
-               wall_s=res["wall_s"])
+    out.update(searches=s["searches_per_q"], retrieval_rate=s["retrieval_rate"],
+               format_error_rate=s["format_error_rate"], wall_s=res["wall_s"])
     for key in SEARCH_METRICS:   # where evaluate() measured them (eval/search_gain.py)
         if key in s:
             out.update({key: s[key]["mean"], f"{key}_lo": s[key]["ci_lo"], f"{key}_hi": s[key]["ci_hi"]})
