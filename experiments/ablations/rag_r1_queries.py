@@ -27,7 +27,10 @@ MULTI, SINGLE = "three_queries", "one_query"
 CLAIM = claim_label(MULTI, SINGLE)
 COMMON = ("eval_every=20", "eval_start=false", "sft.steps=0")
 SEARCH_GAIN_MARGIN = 2.0   # the rule's "equal or better search gain": Δ's CI lower end at or above -2 points
-AXES = {"searches": SEARCHES,
+# Calls are the episode's search turns. Not `num_searches`: `ragrl compare` sets that to the queries
+# searched (one search event per query, ragrl.eval.search_payoff), which is the claim's other side.
+AXES = {"search_calls": Axis("search calls/q", lambda t: float(sum(u.kind == "search" for u in t.turns)),
+                             scale=1.0, fmt=".2f"),
         "turns": Axis("turns/q", lambda t: float(t.num_turns), scale=1.0, fmt=".2f"),
         "queries": Axis("queries/q", lambda t: float(sum(len(u.queries) for u in t.turns if u.kind == "search")),
                         scale=1.0, fmt=".2f"),
@@ -45,14 +48,16 @@ def verdict(claim: dict[str, dict | None]) -> str:
     """The rule's verdict from the pooled three queries − one query differences.
 
     >>> d = lambda lo, hi: {"diff": (lo + hi) / 2, "ci_lo": lo, "ci_hi": hi}
-    >>> verdict({"searches": d(-0.3, -0.1), "search_gain": d(-1.5, 2.0)})
+    >>> verdict({"search_calls": d(-0.3, -0.1), "search_gain": d(-1.5, 2.0)})
     'reproduced in direction'
-    >>> verdict({"searches": d(-0.3, -0.1), "search_gain": d(-2.5, 2.0)})
+    >>> verdict({"search_calls": d(-0.3, -0.1), "search_gain": d(-2.5, 2.0)})
     'no clear difference'
-    >>> verdict({"searches": d(0.1, 0.3), "search_gain": d(0.0, 2.0)}), verdict({"searches": d(-0.3, 0.1), "search_gain": d(-5, -3)})
-    ('not reproduced', 'not reproduced')
+    >>> verdict({"search_calls": d(0.1, 0.3), "search_gain": d(0.0, 2.0)})
+    'not reproduced'
+    >>> verdict({"search_calls": d(-0.3, 0.1), "search_gain": d(-5, -3)})
+    'not reproduced'
     """
-    calls, gain = claim["searches"], claim["search_gain"]
+    calls, gain = claim["search_calls"], claim["search_gain"]
     if calls["ci_hi"] < 0 and gain is not None and gain["ci_lo"] >= -SEARCH_GAIN_MARGIN:
         return "reproduced in direction"
     if calls["ci_lo"] > 0 or (gain is not None and gain["ci_hi"] < -SEARCH_GAIN_MARGIN):

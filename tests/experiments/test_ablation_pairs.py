@@ -42,9 +42,10 @@ def _search(*queries):
 
 
 def _episode(qid, searches: list[Turn], gain=0.0, f1=0.0, **metrics):
+    """An episode as `ragrl compare` writes it: its num_searches counts the queries searched."""
     turns = [*searches, Turn(action_text="", kind="answer")]
-    return Trajectory(qid, "q", ["a"], [], [], [], 0, turns=turns, num_searches=len(searches), num_turns=len(turns),
-                      metrics={"em": f1, "f1": f1, "search_gain": gain, **metrics})
+    return Trajectory(qid, "q", ["a"], [], [], [], 0, turns=turns, num_searches=sum(len(u.queries) for u in searches),
+                      num_turns=len(turns), metrics={"em": f1, "f1": f1, "search_gain": gain, **metrics})
 
 
 def _folder(tmp_path: Path, systems: dict[str, list[Trajectory]]) -> Path:
@@ -63,9 +64,9 @@ def test_rag_r1_table_counts_calls_turns_and_queries(tmp_path):
                                 "three_queries_start": two_calls, "three_queries": one_call, "one_query": two_calls})
     out = rag_r1_queries.ablation(folder)
     multi = out["sets"]["pooled"]["systems"][rag_r1_queries.MULTI]
-    assert (multi["searches"]["mean"], multi["turns"]["mean"], multi["queries"]["mean"]) == (1.0, 2.0, 3.0)
+    assert (multi["search_calls"]["mean"], multi["turns"]["mean"], multi["queries"]["mean"]) == (1.0, 2.0, 3.0)
     claim = out["sets"]["pooled"]["paired"][rag_r1_queries.CLAIM]
-    assert claim["searches"]["diff"] == -1.0 and claim["turns"]["diff"] == -1.0 and claim["queries"]["diff"] == 1.0
+    assert claim["search_calls"]["diff"] == -1.0 and claim["turns"]["diff"] == -1.0 and claim["queries"]["diff"] == 1.0
     assert claim["search_gain"]["diff"] == pytest.approx(10.0)
     assert out["verdict"] == "reproduced in direction"
 
