@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.ablations.common import (F1, FORMAT_ERRORS, MULTIHOP_EVAL, SEARCH_GAIN, SEARCHES, Axis,
+from experiments.ablations.common import (F1, FORMAT_ERRORS, MULTIHOP_EVAL, SEARCH_GAIN, Axis,
                                           ablation_args, claim_label, compare, held_apart, keep_run_files, pair_markdown,
                                           pair_table, train_start_and_arms)
 from ragrl.compare.read import POOLED
