@@ -1,8 +1,6 @@
 """`ragrl` command line: one Typer app; each concern registers its thin commands."""
 from __future__ import annotations
 
-import logging
-import os
 import signal
 import sys
 
@@ -52,18 +50,6 @@ def _interrupted() -> None:
     sys.exit(130)
 
 
-def _leave_without_teardown(code: int) -> None:
-    """Exit now, skipping the interpreter's teardown: after a lost rank the process group holds a
-    timed-out collective, and destroying it at exit can abort the process (SIGABRT), so the
-    launcher would see a crash instead of the rank's own exit code. Logs and streams are flushed
-    first; the run's files were closed by the time the error reached here."""
-    for handler in logging.getLogger("ragrl").handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def main() -> None:
     """Entry point that turns user-fixable errors into one clear line (exit code 2; a run that stopped
     on a fault exits with its own code: 75 retrieval outage, 3 collapse, 74 a full disk, 69 a rank lost,
@@ -78,8 +64,9 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except RankLost as e:
+        from ragrl.train.rank_watch import exit_without_teardown  # late: keeps `ragrl --help` instant
         typer.secho(f"error: {e}", fg="red", err=True)
-        _leave_without_teardown(e.exit_code)
+        exit_without_teardown(e.exit_code)   # the run's files are closed by now
     except RagrlError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         sys.exit(getattr(e, "exit_code", 2))

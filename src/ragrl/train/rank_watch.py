@@ -43,6 +43,18 @@ PHASES = ("start", "rollout", "reward", "update", "evaluation", "checkpoint")   
 _BACKEND_ERROR = re.compile(r"gloo|nccl|Connection (closed|reset) by peer|Timed out waiting|ProcessGroup", re.I)
 
 
+def exit_without_teardown(code: int) -> None:
+    """Flush the logs and streams, then exit at once, skipping the interpreter's teardown: after a
+    lost rank the process group holds a timed-out collective (or a main thread blocked in one), and
+    destroying it at exit can abort the process (SIGABRT), so the launcher would see a crash instead
+    of the rank's own exit code."""
+    for handler in logging.getLogger("ragrl").handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def is_collective_failure(error: BaseException) -> bool:
     """Whether `error` is a collective's (the backend's), not this rank's own bug."""
     return isinstance(error, getattr(dist, "DistError", ())) or (
@@ -144,11 +156,8 @@ class RankWatch:
                    "Checkpoints and metrics rows written so far are intact; start every rank again with "
                    "--resume")
         log.error(message)
-        for handler in logging.getLogger("ragrl").handlers:
-            handler.flush()
         sys.stderr.write(f"error: {message}\n")
-        sys.stderr.flush()
-        os._exit(RankLost.exit_code)
+        exit_without_teardown(RankLost.exit_code)
 
     # ------------------------------------------------------------ a failed collective
     def explain(self, error: BaseException) -> RankLost:
